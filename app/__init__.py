@@ -1,0 +1,44 @@
+"""The FleetHQ master: ``create_app`` binds configuration, extensions and blueprints."""
+from __future__ import annotations
+
+from flask import Flask
+
+from app import config as config_module
+from app.extensions import db, migrate
+
+
+def create_app(config: dict | None = None, *, check_schema: bool = True) -> Flask:
+    app = Flask(__name__, template_folder="../templates")
+    app.config.update(config_module.load(config))
+    if not app.config.get("SECRET_KEY"):
+        import secrets
+        app.config["SECRET_KEY"] = secrets.token_hex(32)
+
+    from app.ops import logging as ops_logging
+    ops_logging.init_app(app)
+
+    db.init_app(app)
+    migrate.init_app(app, db, directory=_migrations_dir())
+
+    # Import the models so that metadata (migrations, drift test) sees every table.
+    from app.accounts import models as _accounts  # noqa: F401
+    from app.projects import models as _projects  # noqa: F401
+
+    from app.api import init_app as init_api
+    init_api(app)
+    from app.ops import health, metrics
+    health.init_app(app)
+    metrics.init_app(app)
+
+    from app import cli
+    cli.init_app(app)
+
+    if check_schema:
+        from app.ops import schema
+        schema.refuse_newer_schema(app)
+    return app
+
+
+def _migrations_dir() -> str:
+    import os
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "migrations")

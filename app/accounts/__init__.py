@@ -1,0 +1,1 @@
+"""Users, roles and machine tokens."""

@@ -1,0 +1,140 @@
+"""Users and their machine tokens."""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import select, text
+
+from app.accounts import tokens
+from app.accounts.models import ROLES, USER_STATUSES, MachineToken, User
+from app.errors import InvalidRequest, InvalidToken, NotFound
+from app.extensions import db
+from workers.protocol import is_identifier
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The authenticated caller of a machine API request."""
+    user_id: str | None
+    roles: frozenset
+    node_id: str | None = None
+
+    def has(self, *roles: str) -> bool:
+        return any(role in self.roles for role in roles)
+
+
+def _validate_user(user_id, roles, status) -> None:
+    if not is_identifier(user_id):
+        raise InvalidRequest("user id must be 1..128 of [A-Za-z0-9._:-]", details={"field": "user_id"})
+    if not isinstance(roles, list) or any(r not in ROLES for r in roles):
+        raise InvalidRequest(f"roles must be a list drawn from {', '.join(ROLES)}",
+                             details={"field": "roles"})
+    if status not in USER_STATUSES:
+        raise InvalidRequest(f"status must be one of {', '.join(USER_STATUSES)}",
+                             details={"field": "status"})
+
+
+def put_user(user_id: str, roles: list[str], status: str = "active") -> tuple[User, bool]:
+    """Create or replace a user's roles and status. Commits."""
+    _validate_user(user_id, roles, status)
+    user = db.session.get(User, user_id)
+    created = user is None
+    if created:
+        user = User(id=user_id)
+        db.session.add(user)
+    user.roles = sorted(set(roles))
+    user.status = status
+    user.updated_at = db.func.now()
+    db.session.commit()
+    return user, created
+
+
+def get_user(user_id: str) -> User:
+    user = db.session.get(User, user_id)
+    if user is None:
+        raise NotFound(f"user {user_id!r} not found", details={"user_id": user_id})
+    return user
+
+
+def delete_user(user_id: str) -> None:
+    db.session.delete(get_user(user_id))
+    db.session.commit()
+
+
+def list_users(limit: int = 500) -> list[User]:
+    return list(db.session.scalars(select(User).order_by(User.id).limit(limit)))
+
+
+def user_dict(user: User) -> dict:
+    token = db.session.get(MachineToken, user.id)
+    return {"user_id": user.id, "status": user.status, "roles": list(user.roles),
+            "has_machine_token": token is not None,
+            "created_at": int(user.created_at.timestamp()),
+            "updated_at": int(user.updated_at.timestamp())}
+
+
+def rotate_token(user_id: str) -> str:
+    """Issue a new machine token (the old one stops working). Commits.
+
+    Returns:
+        The token in clear: shown once, never stored.
+    """
+    get_user(user_id)
+    secret = tokens.new_secret(tokens.USER_TOKEN_PREFIX)
+    db.session.execute(text(
+        "INSERT INTO machine_tokens (user_id, token_hash) VALUES (:u, :h) "
+        "ON CONFLICT (user_id) DO UPDATE SET token_hash = EXCLUDED.token_hash, "
+        "created_at = now(), last_used_at = NULL"), {"u": user_id, "h": tokens.digest(secret)})
+    db.session.commit()
+    return secret
+
+
+def revoke_token(user_id: str) -> None:
+    get_user(user_id)
+    db.session.execute(text("DELETE FROM machine_tokens WHERE user_id = :u"), {"u": user_id})
+    db.session.commit()
+
+
+def token_metadata(user_id: str) -> dict:
+    get_user(user_id)
+    token = db.session.get(MachineToken, user_id)
+    if token is None:
+        return {"user_id": user_id, "exists": False, "created_at": None, "last_used_at": None}
+    last = token.last_used_at
+    return {"user_id": user_id, "exists": True, "created_at": int(token.created_at.timestamp()),
+            "last_used_at": int(last.timestamp()) if last else None}
+
+
+# Writing last_used_at on every request would turn each read into a write;
+# once a minute per token per process is plenty for an admin to see activity.
+_TOUCH_EVERY_S = 60.0
+_touched: dict[str, float] = {}
+_touched_lock = threading.Lock()
+
+
+def authenticate(bearer: str) -> Principal:
+    """Resolve a bearer token to an active user.
+
+    Raises:
+        InvalidToken: unknown, revoked, or belonging to a user who is not active.
+    """
+    if not bearer.startswith(tokens.USER_TOKEN_PREFIX) or len(bearer) > 256:
+        raise InvalidToken("invalid machine token")
+    token_hash = tokens.digest(bearer)
+    row = db.session.execute(text(
+        "SELECT u.id, u.roles, u.status, t.token_hash FROM machine_tokens t "
+        "JOIN users u ON u.id = t.user_id WHERE t.token_hash = :h"), {"h": token_hash}).first()
+    if row is None or not tokens.matches(bearer, row[3]) or row[2] != "active":
+        raise InvalidToken("invalid machine token")
+    now = time.monotonic()
+    with _touched_lock:
+        due = now - _touched.get(token_hash, -_TOUCH_EVERY_S) >= _TOUCH_EVERY_S
+        if due:
+            _touched[token_hash] = now
+    if due:
+        db.session.execute(text("UPDATE machine_tokens SET last_used_at = now() WHERE token_hash = :h"),
+                           {"h": token_hash})
+        db.session.commit()
+    return Principal(user_id=row[0], roles=frozenset(row[1]))

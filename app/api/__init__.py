@@ -1,0 +1,59 @@
+"""The machine API (``/api/v1``): bearer tokens only, one error envelope."""
+from __future__ import annotations
+
+import logging
+import math
+
+from flask import Blueprint, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from app.errors import FleetError
+
+log = logging.getLogger(__name__)
+bp = Blueprint("api", __name__, url_prefix="/api/v1")
+
+_HTTP_CODES = {400: "invalid_request", 401: "invalid_machine_token", 403: "permission_denied",
+               404: "not_found", 405: "method_not_allowed", 413: "too_large",
+               415: "unsupported_media_type"}
+
+
+def error_response(exc: FleetError):
+    response = jsonify(exc.envelope())
+    response.status_code = exc.status
+    if exc.retry_after_ms is not None:
+        response.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_ms / 1000)))
+    return response
+
+
+def _is_api() -> bool:
+    return request.path.startswith("/api/")
+
+
+def init_app(app) -> None:
+    from app.api import admin, jobs, openapi  # noqa: F401  (routes register on bp)
+    app.register_blueprint(bp)
+
+    @app.errorhandler(FleetError)
+    def _domain_error(exc: FleetError):
+        return error_response(exc)
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException):
+        if not _is_api():
+            return exc
+        code = _HTTP_CODES.get(exc.code, "invalid_request")
+        err = FleetError(exc.description or exc.name, code=code)
+        err.status = exc.code
+        return error_response(err)
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception):
+        log.exception("unhandled error")
+        err = FleetError("internal error")  # never leak internals
+        return error_response(err) if _is_api() else ("internal error", 500)
+
+    @app.after_request
+    def _no_store(response):
+        if _is_api():
+            response.headers["Cache-Control"] = "no-store"
+        return response

@@ -1,0 +1,154 @@
+"""Worker routes of the v1 job protocol (DESIGN §6).
+
+Response bodies carry exactly the documented fields: some existing clients
+reject unknown ones.
+"""
+from __future__ import annotations
+
+import time
+
+from flask import current_app, jsonify
+
+from app.api import bp
+from app.api import validate as v
+from app.api.auth import body_limit, check_client_version, principal, require
+from app.extensions import db
+from app.projects import leasing, service, wakeups
+from app.projects.leasing import Worker
+from workers.protocol import JOB_TYPES
+
+FAILURE_CODE = v.string(64, min_bytes=1)
+
+CLAIM = {
+    "worker_id": v.identifier,
+    "max_jobs": v.int_range(1, 256),
+    "lease_seconds": v.int_range(1, 3600),
+    "accept_types": v.Optional(v.list_of(v.one_of(*JOB_TYPES), 0, 2, unique=True)),
+    "policy_version": v.Optional(v.int_range(0, 2**63 - 1, nullable=True)),
+    "wait_ms": v.Optional(v.int_range(0, 30_000)),
+}
+
+_ITEM_IDS = {"job_id": v.identifier, "attempt_id": v.identifier}
+
+ARTIFACT_RECEIPT = v.obj({
+    "id": v.string(128, min_bytes=1),
+    "issuer": v.string(256, min_bytes=1),
+    "object_id": v.string(1024, min_bytes=1),
+    "checksum": v.string(200, min_bytes=3),
+    "size_bytes": v.int_range(0, 2**63 - 1),
+    "accepted_at": v.int_range(-(2**63), 2**63 - 1),
+})
+
+COMPLETE = {
+    "worker_id": v.identifier,
+    "items": v.list_of(v.obj({
+        **_ITEM_IDS,
+        "outcome": v.obj({
+            "kind": v.one_of("success", "http_error", "skipped"),
+            "code": v.Optional(v.int_range(0, 999, nullable=True)),
+            "uri": v.Optional(v.string(4096, nullable=True)),
+            "meta": v.Optional(v.json_object(8 * 1024, nullable=True)),
+        }),
+        "artifact_receipts": v.Optional(v.list_of(ARTIFACT_RECEIPT, 0, 16)),
+    }), 1, 256),
+}
+
+FAIL = {
+    "worker_id": v.identifier,
+    "items": v.list_of(v.obj({
+        **_ITEM_IDS,
+        "retryable": v.boolean,
+        "error": v.obj({
+            "code": FAILURE_CODE,
+            "message": v.string(2048),
+            "details": v.Optional(v.json_object(8 * 1024, nullable=True)),
+        }),
+    }), 1, 256),
+}
+
+EXTEND = {
+    "worker_id": v.identifier,
+    "extend_seconds": v.int_range(1, 3600),
+    "items": v.list_of(v.obj(_ITEM_IDS), 1, 256),
+}
+
+
+def _checksum_ok(receipts) -> None:
+    for i, receipt in enumerate(receipts or []):
+        algo, sep, hexdigest = receipt["checksum"].partition(":")
+        if not sep or not algo or not hexdigest or any(c not in "0123456789abcdef" for c in hexdigest):
+            raise v.InvalidRequest("checksum must look like 'algo:hex'",
+                                   details={"field": f"artifact_receipts[{i}].checksum"})
+
+
+def _worker_call(project_id: str, schema: dict):
+    """Common prologue: auth, bounded body, project, version gate, schema."""
+    who = require("worker")
+    raw = v.json_body(body_limit("worker"))
+    project = service.get(project_id)
+    check_client_version(project)
+    body = v.check(raw, schema)
+    return Worker(worker_id=body["worker_id"], owner=who.user_id), project, body
+
+
+@bp.get("/whoami")
+def whoami():
+    who = principal()
+    if who.node_id is not None:
+        return jsonify(user_id=None, worker_id=who.node_id)
+    return jsonify(user_id=who.user_id)
+
+
+@bp.get("/projects/<project_id>")
+def project_policy(project_id):
+    require("worker")
+    project = service.get(project_id)
+    check_client_version(project)
+    return jsonify(service.worker_policy(project, current_app.config["POLICY_REFRESH_MS"]))
+
+
+@bp.post("/projects/<project_id>/jobs/claim")
+def claim(project_id):
+    worker, project, body = _worker_call(project_id, CLAIM)
+    accept = tuple(body.get("accept_types", JOB_TYPES))
+    wait_s = body.get("wait_ms", 0) / 1000.0
+    deadline = time.monotonic() + wait_s
+    reap_limit = current_app.config["CLAIM_REAP_LIMIT"]
+    listener = wakeups.listener(current_app.config["LISTEN_DSN"]) if wait_s else None
+    while True:
+        seen = listener.generation(project_id) if listener else 0
+        result = leasing.claim(project, worker, max_jobs=body["max_jobs"],
+                               lease_seconds=body["lease_seconds"], accept_types=accept,
+                               reap_limit=reap_limit)
+        left = deadline - time.monotonic()
+        if result.jobs or left <= 0:
+            break
+        soonest = leasing.next_claimable_in(project_id)
+        db.session.commit()  # hand the connection back while we sleep
+        listener.wait(project_id, seen, left if soonest is None else min(left, soonest + 0.005))
+        project = service.get(project_id)
+    return jsonify(project_id=project_id, jobs=result.jobs, retry_after_ms=result.retry_after_ms,
+                   policy_version=result.policy_version)
+
+
+@bp.post("/projects/<project_id>/jobs/complete")
+def complete(project_id):
+    worker, project, body = _worker_call(project_id, COMPLETE)
+    for item in body["items"]:
+        _checksum_ok(item.get("artifact_receipts"))
+    results = leasing.complete(project, worker, body["items"])
+    return jsonify(results=results)
+
+
+@bp.post("/projects/<project_id>/jobs/fail")
+def fail(project_id):
+    worker, project, body = _worker_call(project_id, FAIL)
+    results = leasing.fail(project, worker, body["items"])
+    return jsonify(results=results)
+
+
+@bp.post("/projects/<project_id>/jobs/extend-lease")
+def extend_lease(project_id):
+    worker, project, body = _worker_call(project_id, EXTEND)
+    results = leasing.extend(project, worker, body["items"], body["extend_seconds"])
+    return jsonify(results=results)

@@ -1,0 +1,173 @@
+"""``flask fleet …``: administration on the master itself."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from app.accounts import service as accounts
+from app.errors import FleetError
+
+fleet = click.Group("fleet", help="Administer FleetHQ from the master host.")
+
+
+def _fail(exc: FleetError):
+    click.echo(f"error: {exc.code}: {exc.message}", err=True)
+    if exc.details:
+        click.echo(json.dumps(exc.details), err=True)
+    sys.exit(1)
+
+
+def _emit(obj) -> None:
+    click.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+
+@fleet.command("bootstrap-user")
+@click.option("--user-id", required=True)
+@click.option("--roles", default="admin,worker", show_default=True)
+@click.option("--machine-token-file", type=click.Path(dir_okay=False),
+              help="Write a new machine token here (mode 0600); keeps an existing valid one.")
+def bootstrap_user(user_id, roles, machine_token_file):
+    """Create (or update) a user and issue its machine token."""
+    try:
+        accounts.put_user(user_id, [r for r in roles.split(",") if r], "active")
+        if machine_token_file and os.path.exists(machine_token_file):
+            existing = open(machine_token_file).read().strip()
+            try:
+                if accounts.authenticate(existing).user_id == user_id:
+                    click.echo(f"user {user_id} ready; token kept in {machine_token_file}")
+                    return
+            except FleetError:
+                pass
+        token = accounts.rotate_token(user_id)
+    except FleetError as exc:
+        _fail(exc)
+    if machine_token_file:
+        fd = os.open(machine_token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(token + "\n")
+        click.echo(f"user {user_id} ready; token written to {machine_token_file}")
+    else:
+        click.echo(token)
+
+
+def _policy_options(fn):
+    from app.projects.policy import RULES
+    for name in reversed(list(RULES)):
+        fn = click.option(f"--{name.replace('_', '-')}", name, default=None,
+                          help="JSON value (null clears)" if name != "client_versions"
+                          else "comma-separated list")(fn)
+    return fn
+
+
+def _parse_policy(values: dict) -> dict:
+    fields = {}
+    for name, raw in values.items():
+        if raw is None:
+            continue
+        if name == "client_versions":
+            fields[name] = [v for v in raw.split(",") if v]
+        elif name in ("kind", "status", "identity_mode", "claim_order"):
+            fields[name] = raw
+        else:
+            try:
+                fields[name] = json.loads(raw)
+            except ValueError:
+                raise click.BadParameter(f"{name} must be a JSON value") from None
+    return fields
+
+
+@fleet.command("put-project")
+@click.argument("project_id")
+@click.option("--patch", is_flag=True, help="Change only the given fields.")
+@_policy_options
+def put_project(project_id, patch, **values):
+    """Create a project or change its policy."""
+    from app.projects import service
+    try:
+        project, created = service.put(project_id, _parse_policy(values), partial=patch)
+        _emit({"created": created, **service.summary(project)})
+    except FleetError as exc:
+        _fail(exc)
+
+
+@fleet.command("projects")
+def list_projects():
+    """List projects with their job counts."""
+    from app.projects import service
+    _emit(service.list_summaries())
+
+
+@fleet.command("enqueue-source")
+@click.argument("project_id")
+@click.argument("source", type=click.File("rb"))
+@click.option("--batch-size", default=20_000, show_default=True)
+def enqueue_source(project_id, source, batch_size):
+    """Import a jobs-jsonl-zstd-v1 file (streamed, committed in batches)."""
+    from flask import current_app
+
+    from app.projects import source_import
+    from workers.source import Limits
+    cfg = current_app.config
+    limits = Limits(max_compressed=cfg["SOURCE_MAX_COMPRESSED"], max_expanded=cfg["SOURCE_MAX_EXPANDED"],
+                    max_jobs=cfg["SOURCE_MAX_JOBS"], max_line=cfg["SOURCE_MAX_LINE"],
+                    max_window=cfg["SOURCE_MAX_WINDOW"])
+    try:
+        result = source_import.import_source(project_id, source, limits=limits, batch_size=batch_size)
+    except FleetError as exc:
+        _fail(exc)
+    _emit({"jobs": result.jobs, "inserted": result.inserted,
+           "uncompressed_bytes": result.uncompressed_bytes})
+
+
+@fleet.command("users")
+def list_users():
+    """List users."""
+    _emit([accounts.user_dict(u) for u in accounts.list_users()])
+
+
+@fleet.command("put-user")
+@click.argument("user_id")
+@click.option("--roles", default="")
+@click.option("--status", default="active", type=click.Choice(["active", "pending", "suspended"]))
+def put_user(user_id, roles, status):
+    """Create a user or change its roles and status."""
+    try:
+        user, _ = accounts.put_user(user_id, [r for r in roles.split(",") if r], status)
+        _emit(accounts.user_dict(user))
+    except FleetError as exc:
+        _fail(exc)
+
+
+@fleet.command("rotate-token")
+@click.argument("user_id")
+def rotate_token(user_id):
+    """Issue a new machine token for a user (printed once)."""
+    try:
+        click.echo(accounts.rotate_token(user_id))
+    except FleetError as exc:
+        _fail(exc)
+
+
+@fleet.command("revoke-token")
+@click.argument("user_id")
+def revoke_token(user_id):
+    """Revoke a user's machine token."""
+    try:
+        accounts.revoke_token(user_id)
+    except FleetError as exc:
+        _fail(exc)
+
+
+@fleet.command("sweep")
+def sweep():
+    """Reset expired leases and fail overdue jobs now."""
+    from app.projects import counters, leasing
+    _emit(leasing.sweep())
+    counters.fold()
+
+
+def init_app(app) -> None:
+    app.cli.add_command(fleet)

@@ -1,0 +1,68 @@
+"""Configuration: one class of defaults, overridden from the environment.
+
+``FLEETHQ_<NAME>`` sets any key below (values are parsed as JSON when they
+look like JSON); ``DATABASE_URL`` and ``REDIS_URL`` keep their usual names.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+
+class Defaults:
+    SECRET_KEY = None
+    DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/fleethq"
+    REDIS_URL = "redis://127.0.0.1:6379/0"
+    DATA_DIR = "var"
+    # Body limits of DESIGN §6.
+    WORKER_BODY_LIMIT = 64 * 1024
+    ENQUEUE_BODY_LIMIT = 8 * 1024 * 1024
+    # Source imports (§4.4).
+    SOURCE_MAX_COMPRESSED = 256 * 1024 * 1024
+    SOURCE_MAX_EXPANDED = 4 * 1024**3
+    SOURCE_MAX_JOBS = 10_000_000
+    SOURCE_MAX_LINE = 64 * 1024
+    SOURCE_MAX_WINDOW = 64 * 1024 * 1024
+    SOURCE_BATCH = 20_000
+    # Lazy lease reaping done inside a claim, per request.
+    CLAIM_REAP_LIMIT = 64
+    LONG_POLL_MAX_MS = 30_000
+    # Refresh hint sent with the project policy.
+    POLICY_REFRESH_MS = 60_000
+    DEV_MODE = False
+    LOG_JSON = True
+    SQLALCHEMY_ENGINE_OPTIONS = {"pool_size": 10, "max_overflow": 20, "pool_pre_ping": True}
+
+
+def _coerce(raw: str):
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def load(overrides: dict | None = None) -> dict:
+    cfg = {k: v for k, v in vars(Defaults).items() if k.isupper()}
+    for key, raw in os.environ.items():
+        if key.startswith("FLEETHQ_"):
+            cfg[key[len("FLEETHQ_"):]] = _coerce(raw)
+    for key in ("DATABASE_URL", "REDIS_URL"):
+        if os.environ.get(key):
+            cfg[key] = os.environ[key]
+    cfg.update(overrides or {})
+    cfg["SQLALCHEMY_DATABASE_URI"] = sqlalchemy_url(cfg["DATABASE_URL"])
+    cfg["LISTEN_DSN"] = libpq_url(cfg["SQLALCHEMY_DATABASE_URI"])
+    return cfg
+
+
+def sqlalchemy_url(url: str) -> str:
+    """Accept plain ``postgresql://`` URLs and pin the psycopg 3 driver."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def libpq_url(url: str) -> str:
+    """The same URL in the form psycopg itself understands."""
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)

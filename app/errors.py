@@ -1,0 +1,80 @@
+"""The domain exception tree; the API maps it to the error envelope.
+
+    FleetError                       (500 internal)
+    ├── InvalidRequest               400 invalid_request
+    │   └── InvalidJob               400 invalid_job
+    ├── InvalidToken                 401 invalid_machine_token
+    ├── PermissionDenied             403 permission_denied
+    ├── NotFound                     404 not_found
+    ├── Conflict                     409 (identity_conflict, project_not_active,
+    │                                     invalid_transition, stale_attempt)
+    ├── TooLarge                     413 too_large
+    ├── UnsupportedMediaType         415 unsupported_media_type
+    ├── UpgradeRequired              426 client_upgrade_required
+    └── RateLimited                  429 project_dispatch_rate_limited
+"""
+from __future__ import annotations
+
+
+class FleetError(Exception):
+    status = 500
+    code = "internal"
+    retryable = False
+
+    def __init__(self, message: str, *, code: str | None = None, details: dict | None = None,
+                 retry_after_ms: int | None = None):
+        super().__init__(message)
+        self.message = message
+        if code:
+            self.code = code
+        self.details = details or {}
+        self.retry_after_ms = retry_after_ms
+
+    def envelope(self) -> dict:
+        return {"error": {
+            "code": self.code,
+            "message": self.message,
+            "retryable": self.retryable,
+            "retry_after_ms": self.retry_after_ms,
+            "details": self.details,
+        }}
+
+
+class InvalidRequest(FleetError):
+    status, code = 400, "invalid_request"
+
+
+class InvalidJob(InvalidRequest):
+    code = "invalid_job"
+
+
+class InvalidToken(FleetError):
+    status, code = 401, "invalid_machine_token"
+
+
+class PermissionDenied(FleetError):
+    status, code = 403, "permission_denied"
+
+
+class NotFound(FleetError):
+    status, code = 404, "not_found"
+
+
+class Conflict(FleetError):
+    status, code = 409, "invalid_transition"
+
+
+class TooLarge(FleetError):
+    status, code = 413, "too_large"
+
+
+class UnsupportedMediaType(FleetError):
+    status, code = 415, "unsupported_media_type"
+
+
+class UpgradeRequired(FleetError):
+    status, code = 426, "client_upgrade_required"
+
+
+class RateLimited(FleetError):
+    status, code, retryable = 429, "project_dispatch_rate_limited", True

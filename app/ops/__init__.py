@@ -1,0 +1,1 @@
+"""Operations: logging, health, metrics, schema guard."""

@@ -1,0 +1,83 @@
+"""``/metrics`` in Prometheus text format.
+
+Job and attempt counters come from PostgreSQL (the trigger-maintained delta
+tables), so they are right however many gunicorn workers and task processes
+there are. Request latency is measured in-process with prometheus_client;
+under gunicorn its multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``) merges the
+workers' files.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from flask import Response, g, request
+from prometheus_client import CollectorRegistry, Histogram, generate_latest, multiprocess
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from app.projects import counters
+
+REQUEST_LATENCY = Histogram(
+    "fleethq_http_request_duration_seconds", "HTTP request latency",
+    ["method", "endpoint", "status"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+
+# attempt state → (metric, help)
+_ATTEMPT_METRICS = {
+    "running": ("fleethq_claims_total", "Jobs handed to workers (attempts created)"),
+    "done": ("fleethq_completions_total", "Attempts completed"),
+    "failed": ("fleethq_failures_total", "Attempts reported failed"),
+    "expired": ("fleethq_lease_expiries_total", "Attempts whose lease or deadline ran out"),
+}
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def render_queue_metrics() -> str:
+    lines = []
+    totals = counters.attempt_totals()
+    for state, (name, help_text) in _ATTEMPT_METRICS.items():
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter"]
+        for project_id, by_state in sorted(totals.items()):
+            lines.append(f'{name}{{project="{_label(project_id)}"}} {by_state.get(state, 0)}')
+    lines += ["# HELP fleethq_jobs Jobs per project and state",
+              "# TYPE fleethq_jobs gauge"]
+    for project_id, by_state in sorted(counters.all_job_counts().items()):
+        for state, count in by_state.items():
+            lines.append(f'fleethq_jobs{{project="{_label(project_id)}",state="{state}"}} {count}')
+    lines += ["# HELP fleethq_queue_depth Jobs waiting to be claimed",
+              "# TYPE fleethq_queue_depth gauge"]
+    for project_id, by_state in sorted(counters.all_job_counts().items()):
+        lines.append(f'fleethq_queue_depth{{project="{_label(project_id)}"}} {by_state["todo"]}')
+    return "\n".join(lines) + "\n"
+
+
+def _process_metrics() -> bytes:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry)
+    from prometheus_client import REGISTRY
+    return generate_latest(REGISTRY)
+
+
+def init_app(app) -> None:
+    @app.before_request
+    def _start_timer():
+        g.metrics_started = time.perf_counter()
+
+    @app.after_request
+    def _observe(response):
+        started = getattr(g, "metrics_started", None)
+        if started is not None:
+            endpoint = request.url_rule.rule if request.url_rule is not None else "unmatched"
+            REQUEST_LATENCY.labels(request.method, endpoint, str(response.status_code)).observe(
+                time.perf_counter() - started)
+        return response
+
+    @app.get("/metrics")
+    def metrics():
+        body = render_queue_metrics().encode() + _process_metrics()
+        return Response(body, mimetype=CONTENT_TYPE_LATEST)

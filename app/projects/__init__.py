@@ -1,0 +1,1 @@
+"""Projects, jobs, attempts and leasing."""

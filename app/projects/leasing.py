@@ -1,0 +1,440 @@
+"""Claim, complete, fail, extend and expire: the only writer of job and
+attempt states in generic projects.
+
+Every transition is one guarded statement whose row count is the answer
+(DESIGN §4.1): a job moves only while it points at the caller's attempt,
+belongs to the caller's worker and, where it matters, holds a live lease.
+Items that do not match are explained afterwards by reading the attempt
+history, so a lost response replayed by the worker is answered ``applied``
+again instead of looking stale.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from sqlalchemy import text
+
+from app.errors import Conflict, RateLimited
+from app.extensions import db
+from app.projects import ratelimit, wakeups
+from app.projects.models import Project
+
+# Exponential backoff with "equal jitter" (50..100 % of the step), capped at 1 h.
+_BACKOFF = ("make_interval(secs => LEAST(3600.0, {base} * power(2.0, LEAST({resets}, 20))) "
+            "* (0.5 + random() * 0.5))")
+
+_RETRY_STATE = """CASE
+    WHEN j.deadline_at IS NOT NULL AND j.deadline_at <= now() THEN 'failed'
+    WHEN j.resets >= {max_resets} THEN 'reset_exhausted'
+    ELSE 'todo' END"""
+
+
+@dataclass(frozen=True)
+class Worker:
+    """Who is calling: a token worker (owner = user id) or an enrolled node (owner None)."""
+    worker_id: str
+    owner: str | None
+
+
+@dataclass
+class ClaimResult:
+    jobs: list[dict]
+    retry_after_ms: int = 0
+    policy_version: int = 1
+
+
+@dataclass
+class ItemResult:
+    job_id: str
+    attempt_id: str
+    status: str = "rejected"
+    job_status: str | None = None
+    lease_expires_at: int | None = None
+    error: dict | None = field(default=None)
+
+    def as_dict(self) -> dict:
+        return {"job_id": self.job_id, "attempt_id": self.attempt_id, "status": self.status,
+                "job_status": self.job_status, "lease_expires_at": self.lease_expires_at,
+                "error": self.error}
+
+
+# --------------------------------------------------------------------- claim
+
+_CLAIM_SQL = """
+WITH picked AS (
+    SELECT id, deadline_at FROM jobs
+    WHERE project_id = :p AND state = 'todo' AND not_before <= now()
+      AND (deadline_at IS NULL OR deadline_at > now()) {type_filter}
+    ORDER BY {order}
+    LIMIT :n
+    FOR UPDATE SKIP LOCKED
+), att AS (
+    INSERT INTO attempts (job_id, project_id, worker_id, worker_owner, state, lease_expires_at, deadline_at)
+    SELECT id, :p, :w, :o, 'running',
+           LEAST(now() + make_interval(secs => :lease), deadline_at,
+                 now() + make_interval(secs => CAST(:attempt_timeout AS int))),
+           LEAST(deadline_at, now() + make_interval(secs => CAST(:attempt_timeout AS int)))
+    FROM picked
+    RETURNING id, job_id, lease_expires_at
+)
+UPDATE jobs j SET state = 'wip', current_attempt_id = att.id, worker_id = :w, worker_owner = :o,
+    lease_expires_at = att.lease_expires_at, attempts_count = j.attempts_count + 1, updated_at = now()
+FROM att WHERE j.id = att.job_id
+RETURNING j.id, j.ext_id, j.value, j.type, j.via, j.hops, j.attr, att.id,
+          floor(extract(epoch FROM att.lease_expires_at))::bigint, j.created_at, j.random_key
+"""
+
+_ORDERS = {"fifo": "created_at, id", "random": "random_key, id"}
+
+
+def _claim_sql(order: str, accept_types: tuple[str, ...]) -> str:
+    type_filter = "" if set(accept_types) >= {"seed", "asset"} else "AND type = ANY(:types)"
+    return _CLAIM_SQL.format(order=_ORDERS[order], type_filter=type_filter)
+
+
+def _wire_job(row) -> dict:
+    job_id, ext_id, value, job_type, via, hops, attr, attempt_id, lease, _, _ = row
+    job = {}
+    if ext_id is not None:
+        job["id"] = ext_id
+    job["value"] = value
+    job["type"] = job_type
+    if via is not None:
+        job["via"] = via
+    if hops is not None:
+        job["hops"] = hops
+    if attr is not None:
+        job["attr"] = attr
+    job["job_id"] = str(job_id)
+    job["attempt_id"] = str(attempt_id)
+    job["lease_expires_at"] = lease
+    return job
+
+
+def _jobs_waiting(project_id: str) -> bool:
+    return bool(db.session.execute(text(
+        "SELECT EXISTS (SELECT 1 FROM jobs WHERE project_id = :p AND state = 'todo' "
+        "AND not_before <= now() AND (deadline_at IS NULL OR deadline_at > now()))"),
+        {"p": project_id}).scalar())
+
+
+def _live_attempts(project_id: str, worker: Worker | None) -> int:
+    sql = ("SELECT count(*) FROM jobs WHERE project_id = :p AND state IN ('wip', 'staged') "
+           "AND (state = 'staged' OR lease_expires_at > now())")
+    params = {"p": project_id}
+    if worker is not None:
+        sql += " AND worker_id = :w AND worker_owner IS NOT DISTINCT FROM :o"
+        params.update(w=worker.worker_id, o=worker.owner)
+    return int(db.session.execute(text(sql), params).scalar())
+
+
+def _dispatch_limit(project: Project, worker: Worker, want: int) -> tuple[int, float | None]:
+    """Apply the token bucket and in-flight caps under the project's dispatch lock.
+
+    Returns the number of jobs this claim may take and the bucket's token count
+    after refill (None when the project has no rate).
+    """
+    row = db.session.execute(text(
+        "SELECT tokens, extract(epoch FROM clock_timestamp() - refilled_at) FROM project_dispatch "
+        "WHERE project_id = :p FOR UPDATE"), {"p": project.id}).one()
+    tokens = None
+    if project.dispatch_qps is not None:
+        tokens = ratelimit.refill(row[0], float(row[1]), project.dispatch_qps)
+        want = ratelimit.grantable(tokens, want)
+    if project.max_in_flight is not None and want:
+        want = min(want, max(0, project.max_in_flight - _live_attempts(project.id, None)))
+    if project.max_worker_in_flight is not None and want:
+        want = min(want, max(0, project.max_worker_in_flight - _live_attempts(project.id, worker)))
+    return want, tokens
+
+
+def claim(project: Project, worker: Worker, *, max_jobs: int, lease_seconds: int,
+          accept_types: tuple[str, ...], reap_limit: int = 64) -> ClaimResult:
+    """Claim up to ``max_jobs`` jobs for ``worker`` in one statement. Commits.
+
+    Raises:
+        Conflict: ``project_not_active`` when the project is draining or archived.
+        RateLimited: the dispatch bucket is empty while jobs are waiting.
+    """
+    if project.status != "active":
+        raise Conflict(f"project {project.id!r} is {project.status}", code="project_not_active",
+                       details={"status": project.status})
+    want = min(max_jobs, project.max_jobs_per_claim)
+    if not accept_types:
+        return ClaimResult([], 0, project.policy_version)
+    if reap_limit:
+        reap_expired(project.id, limit=reap_limit)
+    gated = (project.dispatch_qps is not None or project.max_in_flight is not None
+             or project.max_worker_in_flight is not None)
+    tokens = None
+    if gated:
+        want, tokens = _dispatch_limit(project, worker, want)
+        if want == 0:
+            waiting = _jobs_waiting(project.id)
+            db.session.commit()
+            if tokens is not None and waiting and ratelimit.grantable(tokens, 1) == 0:
+                delay = ratelimit.retry_after_ms(tokens, project.dispatch_qps)
+                raise RateLimited("project dispatch rate exceeded", retry_after_ms=delay,
+                                  details={"dispatch_qps": project.dispatch_qps})
+            return ClaimResult([], 0, project.policy_version)
+    rows = db.session.execute(text(_claim_sql(project.claim_order, accept_types)), {
+        "p": project.id, "w": worker.worker_id, "o": worker.owner, "n": want,
+        "lease": float(lease_seconds), "attempt_timeout": project.attempt_timeout_seconds,
+        "types": list(accept_types)}).all()
+    if tokens is not None:
+        db.session.execute(text(
+            "UPDATE project_dispatch SET tokens = :t, refilled_at = clock_timestamp() "
+            "WHERE project_id = :p"), {"t": tokens - len(rows), "p": project.id})
+    db.session.commit()
+    key = (lambda r: (r[9], r[0])) if project.claim_order == "fifo" else (lambda r: (r[10], r[0]))
+    return ClaimResult([_wire_job(r) for r in sorted(rows, key=key)], 0, project.policy_version)
+
+
+def next_claimable_in(project_id: str) -> float | None:
+    """Seconds until a todo job held back by ``not_before`` becomes claimable."""
+    delay = db.session.execute(text(
+        "SELECT extract(epoch FROM min(not_before) - now()) FROM jobs "
+        "WHERE project_id = :p AND state = 'todo' AND not_before > now()"), {"p": project_id}).scalar()
+    return None if delay is None else max(0.0, float(delay))
+
+
+# ------------------------------------------------------------------ outcomes
+
+def _parse_ids(items) -> tuple[list[int], list[int]]:
+    job_ids, attempt_ids = [], []
+    for item in items:
+        job_ids.append(_as_bigint(item["job_id"]))
+        attempt_ids.append(_as_bigint(item["attempt_id"]))
+    return job_ids, attempt_ids
+
+
+def _as_bigint(ident: str) -> int:
+    # Ids are decimal strings on the wire; anything else can match no row.
+    return int(ident) if ident.isdigit() and len(ident) <= 18 else -1
+
+
+_GUARD = """j.id = i.job_id AND j.current_attempt_id = i.attempt_id AND j.project_id = :p
+    AND j.state = 'wip' AND j.worker_id = :w AND j.worker_owner IS NOT DISTINCT FROM :o
+    AND j.lease_expires_at > now()"""
+
+_COMPLETE_SQL = f"""
+WITH i AS (
+    SELECT * FROM unnest(CAST(:job_ids AS bigint[]), CAST(:attempt_ids AS bigint[]),
+                         CAST(:payloads AS jsonb[])) AS t(job_id, attempt_id, payload)
+), upd AS (
+    UPDATE jobs j SET state = 'done', lease_expires_at = NULL, updated_at = now()
+    FROM i WHERE {_GUARD}
+    RETURNING j.id, i.attempt_id, i.payload
+), att AS (
+    UPDATE attempts a SET state = 'done', finished_at = now(), outcome = upd.payload
+    FROM upd WHERE a.id = upd.attempt_id
+)
+SELECT id, attempt_id FROM upd
+"""
+
+_FAIL_SQL = f"""
+WITH i AS (
+    SELECT * FROM unnest(CAST(:job_ids AS bigint[]), CAST(:attempt_ids AS bigint[]),
+                         CAST(:retryable AS boolean[]), CAST(:payloads AS jsonb[]))
+        AS t(job_id, attempt_id, retryable, payload)
+), upd AS (
+    UPDATE jobs j SET
+        state = CASE WHEN NOT i.retryable THEN 'failed' ELSE {_RETRY_STATE.format(max_resets=':max_resets')} END,
+        resets = j.resets + CASE WHEN i.retryable THEN 1 ELSE 0 END,
+        not_before = CASE WHEN i.retryable
+            THEN now() + {_BACKOFF.format(base=':backoff', resets='j.resets')} ELSE j.not_before END,
+        lease_expires_at = NULL, last_error = i.payload -> 'error', updated_at = now()
+    FROM i WHERE {_GUARD}
+    RETURNING j.id, i.attempt_id, i.payload, j.state
+), att AS (
+    UPDATE attempts a SET state = 'failed', finished_at = now(), error = upd.payload
+    FROM upd WHERE a.id = upd.attempt_id
+)
+SELECT id, attempt_id, state FROM upd
+"""
+
+_EXTEND_SQL = f"""
+WITH i AS (
+    SELECT * FROM unnest(CAST(:job_ids AS bigint[]), CAST(:attempt_ids AS bigint[]))
+        AS t(job_id, attempt_id)
+), upd AS (
+    UPDATE jobs j SET lease_expires_at = GREATEST(j.lease_expires_at,
+            LEAST(now() + make_interval(secs => :ext), j.deadline_at, a.deadline_at))
+    FROM i JOIN attempts a ON a.id = i.attempt_id
+    WHERE {_GUARD}
+    RETURNING j.id, i.attempt_id, j.lease_expires_at
+), att AS (
+    UPDATE attempts a SET lease_expires_at = upd.lease_expires_at
+    FROM upd WHERE a.id = upd.attempt_id
+)
+SELECT id, attempt_id, floor(extract(epoch FROM lease_expires_at))::bigint FROM upd
+"""
+
+
+def _dedupe(items: list[dict]) -> list[dict]:
+    seen, unique = set(), []
+    for item in items:
+        key = (item["job_id"], item["attempt_id"])
+        if key not in seen:
+            seen.add(key)
+            unique.append(item)
+    return unique
+
+
+def _explain_rejections(project_id: str, worker: Worker, pending: dict, ended_as: str | None,
+                        payloads: dict) -> None:
+    """Fill the results of items the guarded statement did not move.
+
+    An item whose attempt already ended as ``ended_as`` with the same payload
+    is a replay: ``applied``. Everything else is ``stale_attempt``.
+    """
+    if not pending:
+        return
+    attempt_ids = [_as_bigint(aid) for (_, aid) in pending]
+    rows = db.session.execute(text(
+        "SELECT a.id, a.job_id, a.state, a.worker_id, a.worker_owner, "
+        "       COALESCE(a.outcome, a.error), j.state, a.project_id "
+        "FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.id = ANY(:ids)"),
+        {"ids": attempt_ids}).all()
+    by_attempt = {str(r[0]): r for r in rows}
+    for (job_id, attempt_id), result in pending.items():
+        row = by_attempt.get(attempt_id)
+        if row is None or str(row[1]) != job_id or row[7] != project_id:
+            result.error = {"code": "stale_attempt", "message": "no such attempt for this job"}
+            continue
+        result.job_status = row[6]
+        ours = row[3] == worker.worker_id and row[4] == worker.owner
+        if not ours:
+            result.error = {"code": "stale_attempt", "message": "attempt belongs to another worker"}
+        elif ended_as is not None and row[2] == ended_as and row[5] == payloads[(job_id, attempt_id)]:
+            result.status = "applied"
+        elif row[2] in ("running", "uploading"):
+            result.error = {"code": "stale_attempt", "message": "lease expired"}
+        else:
+            result.error = {"code": "stale_attempt", "message": f"attempt already {row[2]}"}
+
+
+def _run_outcome(project: Project, worker: Worker, items: list[dict], sql: str, params: dict,
+                 ended_as: str | None, payloads: dict) -> list[dict]:
+    unique = _dedupe(items)
+    results = {(it["job_id"], it["attempt_id"]): ItemResult(it["job_id"], it["attempt_id"])
+               for it in unique}
+    rows = db.session.execute(text(sql), {"p": project.id, "w": worker.worker_id,
+                                          "o": worker.owner, **params}).all()
+    released = False
+    for row in rows:
+        result = results[(str(row[0]), str(row[1]))]
+        result.status = "applied"
+        if ended_as == "done":
+            result.job_status = "done"
+        elif ended_as == "failed":
+            result.job_status = row[2]
+            released |= row[2] == "todo"
+        else:
+            result.job_status = "wip"
+            result.lease_expires_at = row[2]
+    pending = {k: r for k, r in results.items() if r.status != "applied"}
+    _explain_rejections(project.id, worker, pending, ended_as, payloads)
+    if released:
+        wakeups.notify(project.id)
+    db.session.commit()
+    return [results[(it["job_id"], it["attempt_id"])].as_dict() for it in items]
+
+
+def complete(project: Project, worker: Worker, items: list[dict]) -> list[dict]:
+    """Finish attempts successfully (generic projects). Commits."""
+    if project.kind != "generic":
+        raise Conflict("jobs of pdf projects finish only through an archived upload",
+                       code="invalid_transition")
+    unique = _dedupe(items)
+    payloads = {(it["job_id"], it["attempt_id"]): {
+        "outcome": it["outcome"], "artifact_receipts": it.get("artifact_receipts", [])}
+        for it in unique}
+    job_ids, attempt_ids = _parse_ids(unique)
+    params = {"job_ids": job_ids, "attempt_ids": attempt_ids,
+              "payloads": [json.dumps(payloads[(it["job_id"], it["attempt_id"])]) for it in unique]}
+    return _run_outcome(project, worker, items, _COMPLETE_SQL, params, "done", payloads)
+
+
+def fail(project: Project, worker: Worker, items: list[dict]) -> list[dict]:
+    """Report failed attempts; retryable ones go back to the queue. Commits."""
+    unique = _dedupe(items)
+    payloads = {(it["job_id"], it["attempt_id"]): {"retryable": it["retryable"], "error": it["error"]}
+                for it in unique}
+    job_ids, attempt_ids = _parse_ids(unique)
+    params = {"job_ids": job_ids, "attempt_ids": attempt_ids,
+              "retryable": [it["retryable"] for it in unique],
+              "payloads": [json.dumps(payloads[(it["job_id"], it["attempt_id"])]) for it in unique],
+              "max_resets": project.max_resets, "backoff": float(project.retry_backoff_seconds)}
+    return _run_outcome(project, worker, items, _FAIL_SQL, params, "failed", payloads)
+
+
+def extend(project: Project, worker: Worker, items: list[dict], extend_seconds: int) -> list[dict]:
+    """Renew live leases: new lease = max(current, now + extend), never past a deadline."""
+    unique = _dedupe(items)
+    job_ids, attempt_ids = _parse_ids(unique)
+    params = {"job_ids": job_ids, "attempt_ids": attempt_ids, "ext": float(extend_seconds)}
+    return _run_outcome(project, worker, items, _EXTEND_SQL, params, None, {})
+
+
+# ------------------------------------------------------------------- expiry
+
+_REAP_SQL = f"""
+WITH expired AS (
+    SELECT j.id FROM jobs j
+    WHERE j.state = 'wip' AND j.lease_expires_at <= now() {{project_filter}}
+    ORDER BY j.lease_expires_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), upd AS (
+    UPDATE jobs j SET
+        state = {_RETRY_STATE.format(max_resets='p.max_resets')},
+        resets = j.resets + 1,
+        not_before = now() + {_BACKOFF.format(base='p.retry_backoff_seconds', resets='j.resets')},
+        lease_expires_at = NULL,
+        last_error = jsonb_build_object('code', 'lease_expired', 'message', 'the lease ran out'),
+        updated_at = now()
+    FROM expired e, projects p
+    WHERE j.id = e.id AND p.id = j.project_id
+    RETURNING j.id, j.project_id, j.current_attempt_id, j.state
+), att AS (
+    UPDATE attempts a SET state = 'expired', finished_at = now()
+    FROM upd WHERE a.id = upd.current_attempt_id AND a.state IN ('running', 'uploading')
+)
+SELECT project_id, state, count(*) FROM upd GROUP BY project_id, state
+"""
+
+_FAIL_OVERDUE_SQL = """
+WITH overdue AS (
+    SELECT id FROM jobs WHERE state = 'todo' AND deadline_at <= now()
+    LIMIT :limit FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs j SET state = 'failed', updated_at = now(),
+    last_error = jsonb_build_object('code', 'timeout', 'message', 'task deadline passed')
+FROM overdue WHERE j.id = overdue.id
+"""
+
+
+def reap_expired(project_id: str | None = None, *, limit: int = 1000) -> int:
+    """Return jobs whose lease ran out to the queue (or to reset_exhausted /
+    failed). Does not commit when called for one project from a claim."""
+    sql = _REAP_SQL.format(project_filter="AND j.project_id = :p" if project_id else "")
+    rows = db.session.execute(text(sql), {"p": project_id, "limit": limit}).all()
+    for pid, state, _ in rows:
+        if state == "todo":
+            wakeups.notify(pid)
+    return sum(r[2] for r in rows)
+
+
+def sweep(limit: int = 5000) -> dict:
+    """The periodic actor's pass over every project. Commits."""
+    expired = reap_expired(None, limit=limit)
+    overdue = db.session.execute(text(_FAIL_OVERDUE_SQL), {"limit": limit}).rowcount
+    db.session.commit()
+    return {"expired": expired, "overdue": overdue}
+
+
+def monotonic_ms() -> float:
+    return time.monotonic() * 1000.0

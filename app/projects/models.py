@@ -1,0 +1,157 @@
+"""Tables of the job queue.
+
+``jobs`` carries the current state; ``attempts`` the history of claims.
+``job_counts`` and ``attempt_totals`` are insert-only delta tables maintained
+by statement-level triggers (see the first migration), so project summaries
+and metrics never scan ``jobs`` and concurrent writers never contend on one
+counter row; ``app.projects.counters`` folds them periodically.
+"""
+from __future__ import annotations
+
+from sqlalchemy import (BigInteger, Boolean, CheckConstraint, DateTime, Double, ForeignKey,
+                        Index, Integer, LargeBinary, String, Text, func, text)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.extensions import db
+
+JOB_STATES = ("todo", "wip", "staged", "done", "failed", "reset_exhausted")
+ATTEMPT_STATES = ("running", "uploading", "staged", "done", "failed", "expired", "cancelled")
+
+
+def _in(column: str, values) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Project(db.Model):
+    __tablename__ = "projects"
+    __table_args__ = (
+        CheckConstraint("kind IN ('generic', 'pdf')", name="kind"),
+        CheckConstraint("status IN ('active', 'draining', 'archived')", name="status"),
+        CheckConstraint("identity_mode IN ('none', 'external_id', 'unique_value')", name="identity_mode"),
+        CheckConstraint("claim_order IN ('fifo', 'random')", name="claim_order"),
+    )
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    kind: Mapped[str] = mapped_column(Text, nullable=False)
+    status: Mapped[str] = mapped_column(Text, nullable=False)
+    identity_mode: Mapped[str] = mapped_column(Text, nullable=False)
+    claim_order: Mapped[str] = mapped_column(Text, nullable=False)
+    dispatch_qps = mapped_column(Double)
+    worker_claim_qps = mapped_column(Double)
+    max_jobs_per_claim: Mapped[int] = mapped_column(Integer, nullable=False)
+    max_resets: Mapped[int] = mapped_column(Integer, nullable=False)
+    recommended_lease_seconds: Mapped[int] = mapped_column(Integer, nullable=False)
+    retry_backoff_seconds: Mapped[int] = mapped_column(Integer, nullable=False)
+    client_versions: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False)
+    max_in_flight = mapped_column(Integer)
+    max_worker_in_flight = mapped_column(Integer)
+    prefer_new_worker: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    task_timeout_seconds = mapped_column(Integer)
+    attempt_timeout_seconds = mapped_column(Integer)
+    upload_timeout_seconds: Mapped[int] = mapped_column(Integer, nullable=False)
+    policy_version: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
+    created_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+    updated_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+class ProjectDispatch(db.Model):
+    """Token-bucket state, apart from ``projects`` so that locking it never
+    blocks the foreign-key checks of concurrent job writes."""
+
+    __tablename__ = "project_dispatch"
+
+    project_id: Mapped[str] = mapped_column(
+        String(128), ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+    tokens = mapped_column(Double, nullable=False, server_default="0")
+    # The epoch: a new bucket starts full.
+    refilled_at = mapped_column(DateTime(timezone=True), nullable=False,
+                                server_default=text("'1970-01-01 00:00:00+00'"))
+
+
+class Job(db.Model):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        CheckConstraint(_in("state", JOB_STATES), name="state"),
+        CheckConstraint("type IN ('seed', 'asset')", name="type"),
+        Index("ix_jobs_project_state_id", "project_id", "state", "id"),
+        Index("ix_jobs_todo_fifo", "project_id", "created_at", "id",
+              postgresql_where=text("state = 'todo'")),
+        Index("ix_jobs_todo_random", "project_id", "random_key", "id",
+              postgresql_where=text("state = 'todo'")),
+        Index("ix_jobs_wip_lease", "project_id", "lease_expires_at",
+              postgresql_where=text("state = 'wip'")),
+        Index("ix_jobs_live_worker", "project_id", "worker_id",
+              postgresql_where=text("state IN ('wip', 'staged')")),
+        Index("uq_jobs_external_id", "project_id", "ext_id", unique=True,
+              postgresql_where=text("ext_id IS NOT NULL")),
+        Index("uq_jobs_value_sha256", "project_id", "value_sha256", unique=True,
+              postgresql_where=text("value_sha256 IS NOT NULL")),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    project_id: Mapped[str] = mapped_column(
+        String(128), ForeignKey("projects.id", ondelete="CASCADE"), nullable=False)
+    ext_id = mapped_column(Text)
+    value_sha256 = mapped_column(LargeBinary)
+    value: Mapped[str] = mapped_column(Text, nullable=False)
+    type: Mapped[str] = mapped_column(Text, nullable=False)
+    via = mapped_column(Text)
+    hops = mapped_column(Integer)
+    attr = mapped_column(JSONB)
+    random_key: Mapped[int] = mapped_column(Integer, nullable=False)
+    state: Mapped[str] = mapped_column(Text, nullable=False, server_default="todo")
+    created_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+    updated_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+    not_before = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+    deadline_at = mapped_column(DateTime(timezone=True))
+    current_attempt_id = mapped_column(BigInteger)
+    worker_id = mapped_column(Text)
+    worker_owner = mapped_column(Text)
+    lease_expires_at = mapped_column(DateTime(timezone=True))
+    resets: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    attempts_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    last_error = mapped_column(JSONB)
+
+
+class Attempt(db.Model):
+    __tablename__ = "attempts"
+    __table_args__ = (CheckConstraint(_in("state", ATTEMPT_STATES), name="state"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False, index=True)
+    # No foreign key: the job already pins the project, and claims insert
+    # attempts in batches where a second key check per row is pure cost.
+    project_id: Mapped[str] = mapped_column(String(128), nullable=False)
+    worker_id: Mapped[str] = mapped_column(Text, nullable=False)
+    worker_owner = mapped_column(Text)
+    state: Mapped[str] = mapped_column(Text, nullable=False, server_default="running")
+    created_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+    lease_expires_at = mapped_column(DateTime(timezone=True), nullable=False)
+    deadline_at = mapped_column(DateTime(timezone=True))
+    finished_at = mapped_column(DateTime(timezone=True))
+    outcome = mapped_column(JSONB)
+    error = mapped_column(JSONB)
+
+
+class JobCount(db.Model):
+    """Delta rows; the count of (project, state) is the sum of its deltas."""
+
+    __tablename__ = "job_counts"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    project_id: Mapped[str] = mapped_column(String(128), nullable=False, index=True)
+    state: Mapped[str] = mapped_column(Text, nullable=False)
+    delta: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class AttemptTotal(db.Model):
+    """Monotonic delta rows: attempts that entered each state, per project."""
+
+    __tablename__ = "attempt_totals"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    project_id: Mapped[str] = mapped_column(String(128), nullable=False, index=True)
+    state: Mapped[str] = mapped_column(Text, nullable=False)
+    delta: Mapped[int] = mapped_column(BigInteger, nullable=False)

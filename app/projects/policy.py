@@ -1,0 +1,128 @@
+"""Project policy (DESIGN §5): field rules, defaults per kind, and which
+changes bump ``policy_version``."""
+from __future__ import annotations
+
+import math
+
+from app.errors import InvalidRequest
+from workers.protocol import IDENTITY_MODES, is_identifier, is_int
+
+# Fields a worker's behaviour depends on: changing one bumps policy_version.
+SCHEDULING_FIELDS = frozenset({
+    "claim_order", "dispatch_qps", "worker_claim_qps", "max_jobs_per_claim", "max_resets",
+    "recommended_lease_seconds", "retry_backoff_seconds", "max_in_flight",
+    "max_worker_in_flight", "prefer_new_worker", "task_timeout_seconds",
+    "attempt_timeout_seconds", "upload_timeout_seconds",
+})
+FIXED_FIELDS = frozenset({"kind", "identity_mode"})
+POLICY_FIELDS = ("kind", "status", "identity_mode", "claim_order", "dispatch_qps", "worker_claim_qps",
+                 "max_jobs_per_claim", "max_resets", "recommended_lease_seconds",
+                 "retry_backoff_seconds", "client_versions", "max_in_flight",
+                 "max_worker_in_flight", "prefer_new_worker", "task_timeout_seconds",
+                 "attempt_timeout_seconds", "upload_timeout_seconds")
+
+
+def defaults(kind: str) -> dict:
+    pdf = kind == "pdf"
+    return {
+        "kind": kind,
+        "status": "active",
+        "identity_mode": "external_id",
+        "claim_order": "fifo",
+        "dispatch_qps": None,
+        "worker_claim_qps": None,
+        "max_jobs_per_claim": 256,
+        "max_resets": 3,
+        "recommended_lease_seconds": 300,
+        "retry_backoff_seconds": 30 if pdf else 0,
+        "client_versions": [],
+        "max_in_flight": 6 if pdf else None,
+        "max_worker_in_flight": 2 if pdf else None,
+        "prefer_new_worker": pdf,
+        "task_timeout_seconds": 900 if pdf else None,
+        "attempt_timeout_seconds": 360 if pdf else None,
+        "upload_timeout_seconds": 120,
+    }
+
+
+def _choice(*options):
+    def check(name, value):
+        if value not in options:
+            raise InvalidRequest(f"{name} must be one of {', '.join(options)}", details={"field": name})
+        return value
+    return check
+
+
+def _int_range(lo, hi=None, nullable=False):
+    def check(name, value):
+        if value is None and nullable:
+            return None
+        if not is_int(value) or value < lo or (hi is not None and value > hi):
+            bound = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+            null = " or null" if nullable else ""
+            raise InvalidRequest(f"{name} must be an integer {bound}{null}", details={"field": name})
+        return value
+    return check
+
+
+def _positive_rate(name, value):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value <= 0:
+        raise InvalidRequest(f"{name} must be a finite number > 0 or null", details={"field": name})
+    return float(value)
+
+
+def _bool(name, value):
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"{name} must be true or false", details={"field": name})
+    return value
+
+
+def _client_versions(name, value):
+    if not isinstance(value, list) or len(value) > 64:
+        raise InvalidRequest(f"{name} must be a list of at most 64 strings", details={"field": name})
+    for item in value:
+        if not isinstance(item, str) or not 1 <= len(item) <= 128 or not item.isprintable():
+            raise InvalidRequest(f"{name} entries must be printable strings of 1..128 characters",
+                                 details={"field": name})
+    return sorted(set(value))
+
+
+RULES = {
+    "kind": _choice("generic", "pdf"),
+    "status": _choice("active", "draining", "archived"),
+    "identity_mode": _choice(*IDENTITY_MODES),
+    "claim_order": _choice("fifo", "random"),
+    "dispatch_qps": _positive_rate,
+    "worker_claim_qps": _positive_rate,
+    "max_jobs_per_claim": _int_range(1, 256),
+    "max_resets": _int_range(0, 1000),
+    "recommended_lease_seconds": _int_range(1, 3600),
+    "retry_backoff_seconds": _int_range(0, 86400),
+    "client_versions": _client_versions,
+    "max_in_flight": _int_range(1, 2**31 - 1, nullable=True),
+    "max_worker_in_flight": _int_range(1, 2**31 - 1, nullable=True),
+    "prefer_new_worker": _bool,
+    "task_timeout_seconds": _int_range(60, 2**31 - 1, nullable=True),
+    "attempt_timeout_seconds": _int_range(15, 2**31 - 1, nullable=True),
+    "upload_timeout_seconds": _int_range(10, 600),
+}
+
+
+def validate_fields(body: dict, *, allow=None) -> dict:
+    """Check every given field; unknown fields are an error."""
+    allow = set(allow) if allow is not None else set(RULES)
+    clean = {}
+    for name, value in body.items():
+        if name not in allow:
+            raise InvalidRequest(f"unknown field {name!r}", details={"field": name})
+        clean[name] = RULES[name](name, value)
+    return clean
+
+
+def validate_project_id(project_id) -> str:
+    if not is_identifier(project_id):
+        raise InvalidRequest("project id must be 1..128 of [A-Za-z0-9._:-]", details={"field": "id"})
+    return project_id

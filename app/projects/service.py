@@ -1,0 +1,122 @@
+"""Create, change, read and delete projects."""
+from __future__ import annotations
+
+from sqlalchemy import select, text
+
+from app.errors import Conflict, InvalidRequest, NotFound
+from app.extensions import db
+from app.projects import counters, policy
+from app.projects.models import Project, ProjectDispatch
+
+SUMMARY_FIELDS = ("id",) + policy.POLICY_FIELDS + ("policy_version",)
+
+
+def get(project_id: str, *, lock: bool = False) -> Project:
+    stmt = select(Project).where(Project.id == project_id)
+    if lock:
+        stmt = stmt.with_for_update()
+    project = db.session.scalars(stmt).first()
+    if project is None:
+        raise NotFound(f"project {project_id!r} not found", details={"project_id": project_id})
+    return project
+
+
+def put(project_id: str, fields: dict, *, partial: bool) -> tuple[Project, bool]:
+    """Create a project or change its policy. Commits.
+
+    Parameters:
+        fields: policy fields (validated here).
+        partial: PATCH semantics; a full PUT of an existing project resets
+            omitted fields to their defaults (except the fixed ones).
+
+    Returns:
+        The project and whether it was created.
+
+    Raises:
+        InvalidRequest: a bad field, or an attempt to change a fixed field.
+        NotFound: PATCH of a project that does not exist.
+    """
+    policy.validate_project_id(project_id)
+    clean = policy.validate_fields(fields)
+    project = db.session.scalars(
+        select(Project).where(Project.id == project_id).with_for_update()).first()
+    if project is None:
+        if partial:
+            raise NotFound(f"project {project_id!r} not found", details={"project_id": project_id})
+        values = policy.defaults(clean.get("kind", "generic"))
+        values.update(clean)
+        project = Project(id=project_id, policy_version=1, **values)
+        db.session.add(project)
+        db.session.add(ProjectDispatch(project_id=project_id, tokens=0.0))
+        db.session.commit()
+        return project, True
+
+    for name in policy.FIXED_FIELDS & clean.keys():
+        if clean[name] != getattr(project, name):
+            raise InvalidRequest(f"{name} is fixed at project creation", details={"field": name})
+    if not partial:
+        base = policy.defaults(project.kind)
+        base.update({k: getattr(project, k) for k in policy.FIXED_FIELDS})
+        base.update(clean)
+        clean = base
+    bump = any(name in policy.SCHEDULING_FIELDS and getattr(project, name) != value
+               for name, value in clean.items())
+    for name, value in clean.items():
+        setattr(project, name, value)
+    if bump:
+        project.policy_version += 1
+    project.updated_at = db.func.now()
+    db.session.commit()
+    if clean.get("status") == "active" or bump:
+        # A reactivated project or a looser policy may release waiting claimers.
+        from app.projects import wakeups
+        wakeups.notify(project_id)
+        db.session.commit()
+    return project, False
+
+
+def delete(project_id: str) -> None:
+    project = get(project_id, lock=True)
+    live = db.session.execute(text(
+        "SELECT count(*) FROM jobs WHERE project_id = :p AND state IN ('wip', 'staged')"),
+        {"p": project_id}).scalar()
+    if live:
+        raise Conflict(f"project has {live} jobs in flight; drain it first",
+                       code="invalid_transition", details={"in_flight": live})
+    db.session.delete(project)
+    db.session.flush()
+    counters.forget_project(project_id)
+    db.session.commit()
+
+
+def summary(project: Project, counts: dict | None = None) -> dict:
+    out = {name: getattr(project, name) for name in SUMMARY_FIELDS}
+    out["job_counts"] = counts if counts is not None else counters.job_counts([project.id])[project.id]
+    out["created_at"] = int(project.created_at.timestamp())
+    out["updated_at"] = int(project.updated_at.timestamp())
+    return out
+
+
+def list_summaries(limit: int = 500) -> list[dict]:
+    projects = db.session.scalars(select(Project).order_by(Project.id).limit(limit)).all()
+    counts = counters.job_counts([p.id for p in projects])
+    return [summary(p, counts[p.id]) for p in projects]
+
+
+def worker_policy(project: Project, refresh_ms: int) -> dict:
+    """Exactly the fields of ``GET /api/v1/projects/{p}`` (DESIGN §6)."""
+    return {
+        "project_id": project.id,
+        "dispatch_qps": project.dispatch_qps,
+        "worker_claim_qps": project.worker_claim_qps,
+        "max_jobs_per_claim": project.max_jobs_per_claim,
+        "recommended_lease_seconds": project.recommended_lease_seconds,
+        "policy_version": project.policy_version,
+        "refresh_after_ms": refresh_ms,
+    }
+
+
+def ensure_status(project: Project, *allowed: str) -> None:
+    if project.status not in allowed:
+        raise Conflict(f"project {project.id!r} is {project.status}", code="project_not_active",
+                       details={"status": project.status})

@@ -1,0 +1,62 @@
+"""Stream a ``jobs-jsonl-zstd-v1`` body into a project, committing in batches."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from app.errors import Conflict, InvalidJob, TooLarge
+from app.extensions import db
+from app.projects import enqueue, service, wakeups
+from workers.source import Limits, SourceError, SourceReader
+
+
+@dataclass
+class ImportResult:
+    jobs: int
+    inserted: int
+    uncompressed_bytes: int
+
+
+def import_source(project_id: str, stream: BinaryIO, *, limits: Limits, batch_size: int) -> ImportResult:
+    """Read, validate and insert; each batch commits on its own.
+
+    Raises:
+        InvalidJob / TooLarge / Conflict: with ``details.committed`` — the
+        number of jobs already committed — and the failing line when known.
+    """
+    project = service.get(project_id)
+    service.ensure_status(project, "active", "draining")
+    reader = SourceReader(stream, project.identity_mode, limits)
+    committed = inserted = 0
+    batch: list[dict] = []
+
+    def flush():
+        nonlocal committed, inserted
+        if not batch:
+            return
+        result = enqueue.insert_batch(project, batch, offset=committed)
+        if result.inserted:
+            wakeups.notify(project_id)
+        db.session.commit()
+        committed += len(batch)
+        inserted += result.inserted
+        batch.clear()
+
+    try:
+        for spec in reader:
+            batch.append(spec)
+            if len(batch) >= batch_size:
+                flush()
+        flush()
+    except SourceError as exc:
+        db.session.rollback()
+        details = {"committed": committed, "line": exc.line, "field": exc.field}
+        if exc.kind == "too_large":
+            raise TooLarge(str(exc), details=details) from None
+        raise InvalidJob(str(exc), details=details) from None
+    except Conflict as exc:
+        db.session.rollback()
+        exc.details = {**exc.details, "committed": committed,
+                       "line": exc.details.get("index", 0) + 1}
+        raise
+    return ImportResult(reader.jobs, inserted, reader.uncompressed_bytes)

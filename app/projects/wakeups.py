@@ -1,0 +1,114 @@
+"""Wake long-polling claimers when jobs become claimable.
+
+Writers call :func:`notify` inside their transaction; PostgreSQL delivers the
+``NOTIFY`` at commit. Each web process runs one listener thread on its own
+connection and bumps a per-project generation counter; a waiting request
+sleeps on a condition variable until the generation moves or its deadline
+passes, so an idle long-poll costs no database queries.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import psycopg
+from sqlalchemy import text
+
+from app.extensions import db
+
+CHANNEL = "fleethq_jobs"
+log = logging.getLogger(__name__)
+
+
+def notify(project_id: str) -> None:
+    db.session.execute(text("SELECT pg_notify(:c, :p)"), {"c": CHANNEL, "p": project_id})
+
+
+class Listener:
+    """One LISTEN connection per process, started on first use."""
+
+    # While the listener is down, waiters re-check this often instead of
+    # sleeping through a wake-up they cannot hear.
+    DEGRADED_SLICE_S = 1.0
+
+    def __init__(self, dsn: str):
+        self._dsn = dsn
+        self._cond = threading.Condition()
+        self._generations: dict[str, int] = {}
+        self._thread: threading.Thread | None = None
+        self._connected = threading.Event()
+        self._start_lock = threading.Lock()
+
+    def generation(self, project_id: str) -> int:
+        self.start()
+        with self._cond:
+            return self._generations.get(project_id, 0)
+
+    def wait(self, project_id: str, seen: int, timeout_s: float) -> bool:
+        """Sleep until ``project_id`` was notified after generation ``seen``.
+
+        Returns True when woken by a notification.
+        """
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._generations.get(project_id, 0) == seen:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                if not self._connected.is_set():
+                    left = min(left, self.DEGRADED_SLICE_S)
+                    self._cond.wait(left)
+                    if not self._connected.is_set():
+                        return True  # let the caller look at the database itself
+                    continue
+                self._cond.wait(left)
+            return True
+
+    def start(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        with self._start_lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._thread = threading.Thread(target=self._run, name="fleethq-listen", daemon=True)
+            self._thread.start()
+            # Give the first LISTEN a moment so the first waiter hears everything.
+            self._connected.wait(2.0)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                with psycopg.connect(self._dsn, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    self._connected.set()
+                    self._bump_all()  # anything may have happened while we were away
+                    for note in conn.notifies():
+                        self._bump(note.payload)
+            except Exception as exc:  # reconnect; waiters fall back to short slices
+                self._connected.clear()
+                log.warning("listener connection lost: %s", exc.__class__.__name__)
+                time.sleep(1.0)
+
+    def _bump(self, project_id: str) -> None:
+        with self._cond:
+            self._generations[project_id] = self._generations.get(project_id, 0) + 1
+            self._cond.notify_all()
+
+    def _bump_all(self) -> None:
+        with self._cond:
+            for key in list(self._generations):
+                self._generations[key] += 1
+            self._cond.notify_all()
+
+
+_listener: Listener | None = None
+_listener_lock = threading.Lock()
+
+
+def listener(dsn: str) -> Listener:
+    global _listener
+    with _listener_lock:
+        if _listener is None or _listener._dsn != dsn:
+            _listener = Listener(dsn)
+        return _listener

@@ -1,0 +1,39 @@
+"""Give each actor a Flask app context (one app per worker process)."""
+from __future__ import annotations
+
+import threading
+
+import dramatiq
+
+
+class AppContext(dramatiq.Middleware):
+    def __init__(self):
+        self._app = None
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def _get_app(self):
+        with self._lock:
+            if self._app is None:
+                from app import create_app
+                self._app = create_app()
+            return self._app
+
+    def before_process_message(self, broker, message):
+        ctx = self._get_app().app_context()
+        ctx.push()
+        self._local.ctx = ctx
+
+    def _pop(self):
+        ctx = getattr(self._local, "ctx", None)
+        if ctx is not None:
+            from app.extensions import db
+            db.session.remove()
+            ctx.pop()
+            self._local.ctx = None
+
+    def after_process_message(self, broker, message, *, result=None, exception=None):
+        self._pop()
+
+    def after_skip_message(self, broker, message):
+        self._pop()

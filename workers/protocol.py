@@ -1,0 +1,147 @@
+"""Wire protocol v1: the rules both sides of the job API agree on.
+
+The master validates every JobSpec with :func:`normalize_jobspec`; the CLIs run
+the same function before sending, so a bad line is reported locally with the
+same message the server would give.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+CLIENT_VERSION_HEADER = "X-Client-Version"
+# Existing SavewebHQ v1 workers send this name; it is accepted as an alias.
+CLIENT_VERSION_HEADER_ALIAS = "X-SavewebHQ-Client-Version"
+
+IDENTIFIER_RE = re.compile(r"\A[A-Za-z0-9._:-]{1,128}\Z")
+JOB_TYPES = ("seed", "asset")
+IDENTITY_MODES = ("none", "external_id", "unique_value")
+
+MAX_VALUE_BYTES = 8192
+MAX_VIA_BYTES = 8192
+MAX_ATTR_BYTES = 8 * 1024
+MAX_SPEC_BYTES = 32 * 1024
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+SPEC_FIELDS = ("id", "value", "type", "via", "hops", "attr", "random_key")
+SOURCE_FORMAT = "jobs-jsonl-zstd-v1"
+
+
+class SpecError(ValueError):
+    """A JobSpec that breaks a rule of DESIGN §4.2; ``field`` names the culprit."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+def is_identifier(value) -> bool:
+    return isinstance(value, str) and IDENTIFIER_RE.match(value) is not None
+
+
+def is_int(value) -> bool:
+    # JSON booleans decode to bool, a subclass of int: they are not integers here.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def compact_json(obj) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+
+
+def _utf8_len(text: str, field: str) -> int:
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:  # lone surrogates from \ud800 escapes
+        raise SpecError(f"{field} is not valid UTF-8", field) from None
+
+
+def normalize_jobspec(raw, identity_mode: str = "external_id", *, allow_random_key: bool = True) -> dict:
+    """Check one JobSpec and return its normalized form.
+
+    Parameters:
+        raw: the decoded JSON object.
+        identity_mode: the project's identity mode (§4.3); decides whether
+            ``id`` is required or rejected.
+        allow_random_key: False for source files, which may not carry one.
+
+    Returns:
+        A dict with ``value`` and ``type`` always set and the optional fields
+        only when given.
+
+    Raises:
+        SpecError: with a message and the offending field.
+    """
+    if not isinstance(raw, dict):
+        raise SpecError("job must be a JSON object")
+    allowed = SPEC_FIELDS if allow_random_key else SPEC_FIELDS[:-1]
+    for key in raw:
+        if key not in allowed:
+            raise SpecError(f"unknown field {key!r}", key)
+    spec: dict = {}
+    value = raw.get("value")
+    if not isinstance(value, str):
+        raise SpecError("value is required and must be a string", "value")
+    if not 1 <= _utf8_len(value, "value") <= MAX_VALUE_BYTES:
+        raise SpecError(f"value must be 1..{MAX_VALUE_BYTES} bytes", "value")
+    spec["value"] = value
+
+    if "id" in raw:
+        if identity_mode != "external_id":
+            raise SpecError(f"id is not accepted in {identity_mode} projects", "id")
+        if not is_identifier(raw["id"]):
+            raise SpecError("id must be 1..128 of [A-Za-z0-9._:-]", "id")
+        spec["id"] = raw["id"]
+    elif identity_mode == "external_id":
+        raise SpecError("id is required in external_id projects", "id")
+
+    job_type = raw.get("type", "seed")
+    if job_type not in JOB_TYPES:
+        raise SpecError("type must be 'seed' or 'asset'", "type")
+    spec["type"] = job_type
+
+    if raw.get("via") is not None:
+        via = raw["via"]
+        if not isinstance(via, str) or _utf8_len(via, "via") > MAX_VIA_BYTES:
+            raise SpecError(f"via must be a string of at most {MAX_VIA_BYTES} bytes", "via")
+        spec["via"] = via
+    if raw.get("hops") is not None:
+        hops = raw["hops"]
+        if not is_int(hops) or not 0 <= hops <= INT32_MAX:
+            raise SpecError("hops must be an integer >= 0", "hops")
+        spec["hops"] = hops
+    if raw.get("attr") is not None:
+        attr = raw["attr"]
+        if not isinstance(attr, dict):
+            raise SpecError("attr must be a JSON object", "attr")
+        try:
+            encoded = compact_json(attr)
+        except (TypeError, ValueError):
+            raise SpecError("attr is not encodable JSON", "attr") from None
+        if len(encoded.encode("utf-8", "surrogatepass")) > MAX_ATTR_BYTES:
+            raise SpecError(f"attr must encode to at most {MAX_ATTR_BYTES} bytes", "attr")
+        if "\\u0000" in encoded:
+            raise SpecError("attr may not contain NUL characters", "attr")
+        spec["attr"] = attr
+    if raw.get("random_key") is not None:
+        key = raw["random_key"]
+        if not is_int(key) or not INT32_MIN <= key <= INT32_MAX:
+            raise SpecError("random_key must be a signed 32-bit integer", "random_key")
+        spec["random_key"] = key
+    for field in ("value", "via"):
+        if field in spec and "\x00" in spec[field]:
+            raise SpecError(f"{field} may not contain NUL characters", field)
+    if len(compact_json(spec).encode("utf-8")) > MAX_SPEC_BYTES:
+        raise SpecError(f"job must encode to at most {MAX_SPEC_BYTES} bytes")
+    return spec
+
+
+def default_job_id(value: str, job_type: str = "seed") -> str:
+    """The default external id: ``j1_`` + sha256(type, NUL, value)."""
+    digest = hashlib.sha256(job_type.encode() + b"\x00" + value.encode("utf-8")).hexdigest()
+    return "j1_" + digest
+
+
+def value_digest(value: str) -> bytes:
+    return hashlib.sha256(value.encode("utf-8")).digest()

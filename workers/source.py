@@ -1,0 +1,157 @@
+"""``jobs-jsonl-zstd-v1`` source files: read with limits, write, merge (DESIGN §4.4).
+
+The reader streams: it never holds more than one line (≤ 64 KiB) plus the
+decoder's window in memory, and it enforces every limit as it goes, so a
+hostile file fails fast instead of exhausting the machine.
+"""
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from typing import BinaryIO, Iterator
+
+import zstandard
+
+from workers.protocol import SpecError, normalize_jobspec
+
+MAX_COMPRESSED = 256 * 1024 * 1024
+MAX_EXPANDED = 4 * 1024**3
+MAX_JOBS = 10_000_000
+MAX_LINE = 64 * 1024
+MAX_WINDOW = 64 * 1024 * 1024
+_CHUNK = 256 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_compressed: int = MAX_COMPRESSED
+    max_expanded: int = MAX_EXPANDED
+    max_jobs: int = MAX_JOBS
+    max_line: int = MAX_LINE
+    max_window: int = MAX_WINDOW
+
+
+class SourceError(ValueError):
+    """A source file that breaks the format or a limit.
+
+    ``kind`` is ``too_large`` for size limits and ``invalid`` otherwise;
+    ``line`` is the 1-based line number when known.
+    """
+
+    def __init__(self, message: str, *, kind: str = "invalid", line: int | None = None,
+                 field: str | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.line = line
+        self.field = field
+
+
+class _CountingReader(io.RawIOBase):
+    """Counts compressed bytes and stops at the limit."""
+
+    def __init__(self, raw: BinaryIO, limit: int):
+        self._raw = raw
+        self._limit = limit
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self._raw.read(len(buffer))
+        if not data:
+            return 0
+        self.count += len(data)
+        if self.count > self._limit:
+            raise SourceError(f"compressed source exceeds {self._limit} bytes", kind="too_large")
+        buffer[: len(data)] = data
+        return len(data)
+
+
+class SourceReader:
+    """Iterate the JobSpecs of a source stream, validating each line.
+
+    Attributes after (or during) iteration: ``jobs``, ``uncompressed_bytes``,
+    ``compressed_bytes``.
+    """
+
+    def __init__(self, stream: BinaryIO, identity_mode: str = "external_id",
+                 limits: Limits = Limits()):
+        self._counting = _CountingReader(stream, limits.max_compressed)
+        self._limits = limits
+        self._identity_mode = identity_mode
+        self.jobs = 0
+        self.uncompressed_bytes = 0
+
+    @property
+    def compressed_bytes(self) -> int:
+        return self._counting.count
+
+    def _chunks(self) -> Iterator[bytes]:
+        dctx = zstandard.ZstdDecompressor(max_window_size=self._limits.max_window)
+        try:
+            reader = dctx.stream_reader(self._counting, read_size=_CHUNK, read_across_frames=True)
+            while True:
+                chunk = reader.read(_CHUNK)
+                if not chunk:
+                    return
+                self.uncompressed_bytes += len(chunk)
+                if self.uncompressed_bytes > self._limits.max_expanded:
+                    raise SourceError(f"expanded source exceeds {self._limits.max_expanded} bytes",
+                                      kind="too_large")
+                yield chunk
+        except zstandard.ZstdError as exc:
+            raise SourceError(f"not a valid zstd stream: {exc}") from None
+
+    def raw_lines(self) -> Iterator[bytes]:
+        pending = bytearray()
+        line_no = 0
+        for chunk in self._chunks():
+            pending += chunk
+            start = 0
+            while True:
+                end = pending.find(b"\n", start)
+                if end < 0:
+                    break
+                line_no += 1
+                if end - start > self._limits.max_line:
+                    raise SourceError(f"line longer than {self._limits.max_line} bytes",
+                                      kind="too_large", line=line_no)
+                yield bytes(pending[start:end])
+                start = end + 1
+            del pending[:start]
+            if len(pending) > self._limits.max_line:
+                raise SourceError(f"line longer than {self._limits.max_line} bytes",
+                                  kind="too_large", line=line_no + 1)
+        if pending:
+            yield bytes(pending)
+
+    def __iter__(self) -> Iterator[dict]:
+        for raw in self.raw_lines():
+            line_no = self.jobs + 1
+            if self.jobs >= self._limits.max_jobs:
+                raise SourceError(f"source holds more than {self._limits.max_jobs} jobs",
+                                  kind="too_large", line=line_no)
+            try:
+                obj = json.loads(raw)
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise SourceError(f"line is not JSON: {exc}", line=line_no) from None
+            try:
+                spec = normalize_jobspec(obj, self._identity_mode, allow_random_key=False)
+            except SpecError as exc:
+                raise SourceError(str(exc), line=line_no, field=exc.field) from None
+            self.jobs += 1
+            yield spec
+
+
+def write_source(specs, out: BinaryIO, *, level: int = 10) -> int:
+    """Write JobSpecs (already normalized) as one zstd frame; returns the count."""
+    count = 0
+    cctx = zstandard.ZstdCompressor(level=level)
+    with cctx.stream_writer(out, closefd=False) as writer:
+        for spec in specs:
+            writer.write(json.dumps(spec, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+            writer.write(b"\n")
+            count += 1
+    return count
