@@ -1,0 +1,145 @@
+"""Shared fixtures: a real PostgreSQL database (migrated once per session,
+emptied before each test), a real Redis, and real HTTP servers.
+
+PostgreSQL comes from ``FLEETHQ_TEST_PG`` (default the local server on
+127.0.0.1:5432, user postgres). Without it the run fails: tests that need a
+service never skip.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+
+import psycopg
+import pytest
+from pytest_postgresql.janitor import DatabaseJanitor
+from werkzeug.serving import make_server
+
+PG_HOST = os.environ.get("FLEETHQ_TEST_PG_HOST", "127.0.0.1")
+PG_PORT = int(os.environ.get("FLEETHQ_TEST_PG_PORT", "5432"))
+PG_USER = os.environ.get("FLEETHQ_TEST_PG_USER", "postgres")
+REDIS_URL = os.environ.get("FLEETHQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+TABLES = ("attempts", "jobs", "project_dispatch", "projects", "machine_tokens", "users",
+          "job_counts", "attempt_totals")
+
+
+@pytest.fixture(scope="session")
+def database_url():
+    dbname = f"fleethq_test_{os.getpid()}"
+    try:
+        psycopg.connect(host=PG_HOST, port=PG_PORT, user=PG_USER, dbname="postgres",
+                        connect_timeout=5).close()
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"PostgreSQL is required at {PG_HOST}:{PG_PORT}: {exc}", pytrace=False)
+    janitor = DatabaseJanitor(user=PG_USER, host=PG_HOST, port=PG_PORT, dbname=dbname, version=15)
+    janitor.init()
+    url = f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{dbname}"
+    try:
+        yield url
+    finally:
+        janitor.drop()
+
+
+@pytest.fixture(scope="session")
+def app(database_url):
+    from flask_migrate import upgrade
+
+    from app import create_app
+    application = create_app({"DATABASE_URL": database_url, "TESTING": True, "LOG_JSON": False},
+                             check_schema=False)
+    with application.app_context():
+        upgrade()
+    return application
+
+
+@pytest.fixture(autouse=True)
+def _clean_database(request):
+    if "app" not in request.fixturenames:
+        yield
+        return
+    application = request.getfixturevalue("app")
+    from app.extensions import db
+    with application.app_context():
+        db.session.execute(db.text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
+        db.session.commit()
+        db.session.remove()
+    yield
+
+
+@pytest.fixture
+def ctx(app):
+    """An app context for calling domain services directly."""
+    from app.extensions import db
+    with app.app_context():
+        yield
+        db.session.remove()
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+def _make_user(app, user_id: str, roles: list[str]) -> str:
+    from app.accounts import service as accounts
+    from app.extensions import db
+    with app.app_context():
+        accounts.put_user(user_id, roles)
+        token = accounts.rotate_token(user_id)
+        db.session.remove()
+    return token
+
+
+@pytest.fixture
+def admin_token(app):
+    return _make_user(app, "admin", ["admin", "worker"])
+
+
+@pytest.fixture
+def make_user(app):
+    return lambda user_id, roles: _make_user(app, user_id, roles)
+
+
+class LiveServer:
+    def __init__(self, app):
+        self._server = make_server("127.0.0.1", 0, app, threaded=True)
+        self.port = self._server.server_port
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._server.shutdown()
+
+
+@pytest.fixture
+def live_server(app):
+    server = LiveServer(app).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    import redis
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3).ping()
+    except redis.RedisError as exc:
+        pytest.fail(f"Redis is required at {REDIS_URL}: {exc}", pytrace=False)
+    return REDIS_URL
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def unique(prefix: str = "p") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,68 @@
+"""Small helpers for tests that speak the v1 protocol."""
+from __future__ import annotations
+
+VERSION = "test-1"
+
+
+class Api:
+    """Wraps a Flask test client or a requests.Session with the usual headers."""
+
+    def __init__(self, client, token: str, version: str | None = VERSION, base: str = ""):
+        self.client = client
+        self.base = base
+        self.headers = {"Authorization": f"Bearer {token}"}
+        if version:
+            self.headers["X-Client-Version"] = version
+
+    def call(self, method: str, path: str, body=None, **kw):
+        headers = {**self.headers, **kw.pop("headers", {})}
+        fn = getattr(self.client, method.lower())
+        if self.base:
+            return fn(self.base + path, json=body, headers=headers, **kw)
+        return fn(path, json=body, headers=headers, **kw)
+
+    def put_project(self, project_id: str, **fields):
+        fields.setdefault("client_versions", [VERSION])
+        response = self.call("PUT", f"/api/v1/admin/projects/{project_id}", fields)
+        assert response.status_code in (200, 201), _json(response)
+        return _json(response)
+
+    def enqueue(self, project_id: str, jobs: list[dict]):
+        return self.call("POST", f"/api/v1/admin/projects/{project_id}/jobs", {"jobs": jobs})
+
+    def claim(self, project_id: str, worker_id="w1", max_jobs=10, lease_seconds=60, **extra):
+        return self.call("POST", f"/api/v1/projects/{project_id}/jobs/claim",
+                         {"worker_id": worker_id, "max_jobs": max_jobs,
+                          "lease_seconds": lease_seconds, **extra})
+
+    def complete(self, project_id: str, jobs, worker_id="w1", kind="success"):
+        items = [{"job_id": j["job_id"], "attempt_id": j["attempt_id"], "outcome": {"kind": kind}}
+                 for j in jobs]
+        return self.call("POST", f"/api/v1/projects/{project_id}/jobs/complete",
+                         {"worker_id": worker_id, "items": items})
+
+    def fail(self, project_id: str, jobs, retryable=True, worker_id="w1", code="network"):
+        items = [{"job_id": j["job_id"], "attempt_id": j["attempt_id"], "retryable": retryable,
+                  "error": {"code": code, "message": "boom"}} for j in jobs]
+        return self.call("POST", f"/api/v1/projects/{project_id}/jobs/fail",
+                         {"worker_id": worker_id, "items": items})
+
+    def extend(self, project_id: str, jobs, seconds=60, worker_id="w1"):
+        items = [{"job_id": j["job_id"], "attempt_id": j["attempt_id"]} for j in jobs]
+        return self.call("POST", f"/api/v1/projects/{project_id}/jobs/extend-lease",
+                         {"worker_id": worker_id, "extend_seconds": seconds, "items": items})
+
+    def counts(self, project_id: str) -> dict:
+        return _json(self.call("GET", f"/api/v1/admin/projects/{project_id}"))["job_counts"]
+
+
+def _json(response):
+    return response.json() if callable(getattr(response, "json", None)) else response.json
+
+
+def body(response):
+    return _json(response)
+
+
+def values(n: int, prefix: str = "v") -> list[dict]:
+    return [{"id": f"{prefix}{i}", "value": f"https://example.org/{prefix}/{i}"} for i in range(n)]
