@@ -9,6 +9,8 @@ from app.extensions import db, migrate
 
 def create_app(config: dict | None = None, *, check_schema: bool = True) -> Flask:
     app = Flask(__name__, template_folder="../templates")
+    # Keep documented field order in responses; sorting also costs time on hot routes.
+    app.json.sort_keys = False
     app.config.update(config_module.load(config))
     if not app.config.get("SECRET_KEY"):
         import secrets

@@ -114,20 +114,38 @@ _touched: dict[str, float] = {}
 _touched_lock = threading.Lock()
 
 
-def authenticate(bearer: str) -> Principal:
+TOKEN_LOOKUP_COLUMNS = "u.id, u.roles, u.status, t.token_hash"
+TOKEN_LOOKUP_FROM = "machine_tokens t JOIN users u ON u.id = t.user_id"
+
+
+def authenticate(bearer: str, *, row=None) -> Principal:
     """Resolve a bearer token to an active user.
+
+    Parameters:
+        row: the ``TOKEN_LOOKUP_COLUMNS`` of this token when the caller already
+            fetched them together with other data (one round trip per request).
 
     Raises:
         InvalidToken: unknown, revoked, or belonging to a user who is not active.
     """
-    if not bearer.startswith(tokens.USER_TOKEN_PREFIX) or len(bearer) > 256:
+    if not well_formed(bearer):
         raise InvalidToken("invalid machine token")
     token_hash = tokens.digest(bearer)
-    row = db.session.execute(text(
-        "SELECT u.id, u.roles, u.status, t.token_hash FROM machine_tokens t "
-        "JOIN users u ON u.id = t.user_id WHERE t.token_hash = :h"), {"h": token_hash}).first()
-    if row is None or not tokens.matches(bearer, row[3]) or row[2] != "active":
+    if row is None:
+        row = db.session.execute(text(
+            f"SELECT {TOKEN_LOOKUP_COLUMNS} FROM {TOKEN_LOOKUP_FROM} WHERE t.token_hash = :h"),
+            {"h": token_hash}).first()
+    if row is None or row[0] is None or not tokens.matches(bearer, row[3]) or row[2] != "active":
         raise InvalidToken("invalid machine token")
+    _touch(token_hash)
+    return Principal(user_id=row[0], roles=frozenset(row[1]))
+
+
+def well_formed(bearer: str) -> bool:
+    return bearer.startswith(tokens.USER_TOKEN_PREFIX) and len(bearer) <= 256
+
+
+def _touch(token_hash: str) -> None:
     now = time.monotonic()
     with _touched_lock:
         due = now - _touched.get(token_hash, -_TOUCH_EVERY_S) >= _TOUCH_EVERY_S
@@ -137,4 +155,3 @@ def authenticate(bearer: str) -> Principal:
         db.session.execute(text("UPDATE machine_tokens SET last_used_at = now() WHERE token_hash = :h"),
                            {"h": token_hash})
         db.session.commit()
-    return Principal(user_id=row[0], roles=frozenset(row[1]))

@@ -2,11 +2,22 @@
 from __future__ import annotations
 
 from flask import current_app, g, request
+from sqlalchemy import text
 
 from app.accounts import service as accounts
 from app.accounts.service import Principal
 from app.errors import InvalidToken, PermissionDenied, UpgradeRequired
+from app.extensions import db
+from app.projects import service as projects
 from workers.protocol import CLIENT_VERSION_HEADER, CLIENT_VERSION_HEADER_ALIAS
+
+
+def _bearer() -> str:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise InvalidToken("missing bearer token")
+    return token.strip()
 
 
 def principal() -> Principal:
@@ -14,12 +25,32 @@ def principal() -> Principal:
     cached = getattr(g, "principal", None)
     if cached is not None:
         return cached
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise InvalidToken("missing bearer token")
-    g.principal = accounts.authenticate(token.strip())
+    g.principal = accounts.authenticate(_bearer())
     return g.principal
+
+
+def worker_and_project(project_id: str) -> tuple[Principal, "projects.ProjectView"]:
+    """Authenticate a worker call and load its project in one round trip.
+
+    Raises:
+        InvalidToken, PermissionDenied, NotFound.
+    """
+    bearer = _bearer()
+    if not accounts.well_formed(bearer):
+        raise InvalidToken("invalid machine token")
+    row = db.session.execute(text(
+        f"SELECT {accounts.TOKEN_LOOKUP_COLUMNS}, {projects.VIEW_COLUMNS} "
+        f"FROM {accounts.TOKEN_LOOKUP_FROM} LEFT JOIN projects p ON p.id = :p "
+        "WHERE t.token_hash = :h"),
+        {"p": project_id, "h": accounts.tokens.digest(bearer)}).first()
+    who = accounts.authenticate(bearer, row=row)
+    g.principal = who
+    if not who.has("worker"):
+        raise PermissionDenied("requires role worker")
+    project = projects.view_from_row(row[4:])
+    if project is None:
+        raise projects.not_found(project_id)
+    return who, project
 
 
 def require(*roles: str) -> Principal:

@@ -11,7 +11,7 @@ from flask import current_app, jsonify
 
 from app.api import bp
 from app.api import validate as v
-from app.api.auth import body_limit, check_client_version, principal, require
+from app.api.auth import body_limit, check_client_version, principal, worker_and_project
 from app.extensions import db
 from app.projects import leasing, service, wakeups
 from app.projects.leasing import Worker
@@ -83,9 +83,8 @@ def _checksum_ok(receipts) -> None:
 
 def _worker_call(project_id: str, schema: dict):
     """Common prologue: auth, bounded body, project, version gate, schema."""
-    who = require("worker")
+    who, project = worker_and_project(project_id)
     raw = v.json_body(body_limit("worker"))
-    project = service.get(project_id)
     check_client_version(project)
     body = v.check(raw, schema)
     return Worker(worker_id=body["worker_id"], owner=who.user_id), project, body
@@ -101,8 +100,7 @@ def whoami():
 
 @bp.get("/projects/<project_id>")
 def project_policy(project_id):
-    require("worker")
-    project = service.get(project_id)
+    _, project = worker_and_project(project_id)
     check_client_version(project)
     return jsonify(service.worker_policy(project, current_app.config["POLICY_REFRESH_MS"]))
 
@@ -126,7 +124,7 @@ def claim(project_id):
         soonest = leasing.next_claimable_in(project_id)
         db.session.commit()  # hand the connection back while we sleep
         listener.wait(project_id, seen, left if soonest is None else min(left, soonest + 0.005))
-        project = service.get(project_id)
+        project = service.view(project_id)
     return jsonify(project_id=project_id, jobs=result.jobs, retry_after_ms=result.retry_after_ms,
                    policy_version=result.policy_version)
 

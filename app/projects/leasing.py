@@ -11,7 +11,6 @@ again instead of looking stale.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 
 from sqlalchemy import text
@@ -154,6 +153,11 @@ def claim(project: Project, worker: Worker, *, max_jobs: int, lease_seconds: int
           accept_types: tuple[str, ...], reap_limit: int = 64) -> ClaimResult:
     """Claim up to ``max_jobs`` jobs for ``worker`` in one statement. Commits.
 
+    When the queue cannot fill the claim, expired leases of this project are
+    reset first (at most ``reap_limit``) and the claim is topped up: a busy
+    queue pays nothing for lazy reaping, an idle one never keeps dead ``wip``
+    jobs from a worker that asks.
+
     Raises:
         Conflict: ``project_not_active`` when the project is draining or archived.
         RateLimited: the dispatch bucket is empty while jobs are waiting.
@@ -164,12 +168,12 @@ def claim(project: Project, worker: Worker, *, max_jobs: int, lease_seconds: int
     want = min(max_jobs, project.max_jobs_per_claim)
     if not accept_types:
         return ClaimResult([], 0, project.policy_version)
-    if reap_limit:
-        reap_expired(project.id, limit=reap_limit)
     gated = (project.dispatch_qps is not None or project.max_in_flight is not None
              or project.max_worker_in_flight is not None)
     tokens = None
     if gated:
+        if reap_limit:
+            reap_expired(project.id, limit=reap_limit)  # expired leases must not hold a cap
         want, tokens = _dispatch_limit(project, worker, want)
         if want == 0:
             waiting = _jobs_waiting(project.id)
@@ -179,10 +183,13 @@ def claim(project: Project, worker: Worker, *, max_jobs: int, lease_seconds: int
                 raise RateLimited("project dispatch rate exceeded", retry_after_ms=delay,
                                   details={"dispatch_qps": project.dispatch_qps})
             return ClaimResult([], 0, project.policy_version)
-    rows = db.session.execute(text(_claim_sql(project.claim_order, accept_types)), {
-        "p": project.id, "w": worker.worker_id, "o": worker.owner, "n": want,
-        "lease": float(lease_seconds), "attempt_timeout": project.attempt_timeout_seconds,
-        "types": list(accept_types)}).all()
+    sql = text(_claim_sql(project.claim_order, accept_types))
+    params = {"p": project.id, "w": worker.worker_id, "o": worker.owner, "n": want,
+              "lease": float(lease_seconds), "attempt_timeout": project.attempt_timeout_seconds,
+              "types": list(accept_types)}
+    rows = db.session.execute(sql, params).all()
+    if len(rows) < want and reap_limit and not gated and reap_expired(project.id, limit=reap_limit):
+        rows += db.session.execute(sql, {**params, "n": want - len(rows)}).all()
     if tokens is not None:
         db.session.execute(text(
             "UPDATE project_dispatch SET tokens = :t, refilled_at = clock_timestamp() "
@@ -434,7 +441,3 @@ def sweep(limit: int = 5000) -> dict:
     overdue = db.session.execute(text(_FAIL_OVERDUE_SQL), {"limit": limit}).rowcount
     db.session.commit()
     return {"expired": expired, "overdue": overdue}
-
-
-def monotonic_ms() -> float:
-    return time.monotonic() * 1000.0

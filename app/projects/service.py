@@ -1,6 +1,8 @@
 """Create, change, read and delete projects."""
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 from sqlalchemy import select, text
 
 from app.errors import Conflict, InvalidRequest, NotFound
@@ -11,13 +13,57 @@ from app.projects.models import Project, ProjectDispatch
 SUMMARY_FIELDS = ("id",) + policy.POLICY_FIELDS + ("policy_version",)
 
 
+@dataclass(frozen=True)
+class ProjectView:
+    """A read-only snapshot of a project row for the hot worker routes,
+    fetched with plain SQL (no ORM identity map or change tracking)."""
+    id: str
+    kind: str
+    status: str
+    identity_mode: str
+    claim_order: str
+    dispatch_qps: float | None
+    worker_claim_qps: float | None
+    max_jobs_per_claim: int
+    max_resets: int
+    recommended_lease_seconds: int
+    retry_backoff_seconds: int
+    client_versions: list
+    max_in_flight: int | None
+    max_worker_in_flight: int | None
+    prefer_new_worker: bool
+    task_timeout_seconds: int | None
+    attempt_timeout_seconds: int | None
+    upload_timeout_seconds: int
+    policy_version: int
+
+
+VIEW_COLUMNS = ", ".join(f"p.{f.name}" for f in fields(ProjectView))
+
+
+def view_from_row(row) -> ProjectView | None:
+    return None if row[0] is None else ProjectView(*row)
+
+
+def not_found(project_id: str) -> NotFound:
+    return NotFound(f"project {project_id!r} not found", details={"project_id": project_id})
+
+
+def view(project_id: str) -> ProjectView:
+    row = db.session.execute(text(f"SELECT {VIEW_COLUMNS} FROM projects p WHERE p.id = :p"),
+                             {"p": project_id}).first()
+    if row is None:
+        raise not_found(project_id)
+    return view_from_row(row)
+
+
 def get(project_id: str, *, lock: bool = False) -> Project:
     stmt = select(Project).where(Project.id == project_id)
     if lock:
         stmt = stmt.with_for_update()
     project = db.session.scalars(stmt).first()
     if project is None:
-        raise NotFound(f"project {project_id!r} not found", details={"project_id": project_id})
+        raise not_found(project_id)
     return project
 
 
@@ -42,7 +88,7 @@ def put(project_id: str, fields: dict, *, partial: bool) -> tuple[Project, bool]
         select(Project).where(Project.id == project_id).with_for_update()).first()
     if project is None:
         if partial:
-            raise NotFound(f"project {project_id!r} not found", details={"project_id": project_id})
+            raise not_found(project_id)
         values = policy.defaults(clean.get("kind", "generic"))
         values.update(clean)
         project = Project(id=project_id, policy_version=1, **values)

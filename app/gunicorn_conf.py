@@ -1,0 +1,68 @@
+"""Gunicorn settings for the ``web`` process: ``gunicorn -c python:app.gunicorn_conf wsgi:app``.
+
+Environment: ``FLEETHQ_BIND`` (default 127.0.0.1:8400), ``FLEETHQ_WEB_WORKERS``
+(or the conventional ``WEB_CONCURRENCY``; default 2), ``FLEETHQ_WEB_THREADS``
+(default 16), ``PROMETHEUS_MULTIPROC_DIR``.
+"""
+import os
+import shutil
+import tempfile
+
+bind = os.environ.get("FLEETHQ_BIND", "127.0.0.1:8400")
+workers = int(os.environ.get("FLEETHQ_WEB_WORKERS") or os.environ.get("WEB_CONCURRENCY") or 2)
+# Threads, not async workers: a long-polling claim (wait_ms up to 30 s) holds
+# one thread, so each worker process needs many of them.
+worker_class = "gthread"
+threads = int(os.environ.get("FLEETHQ_WEB_THREADS") or 16)
+timeout = 60
+# Lets in-flight long polls (≤ 30 s) answer before a graceful restart kills them.
+graceful_timeout = 35
+# gunicorn's control socket defaults to one path per user home, so two masters
+# on one host (dev stack, tests, benchmarks) would clash; nothing here uses it.
+control_socket_disable = True
+
+
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _multiproc_dir() -> str:
+    """A fresh directory for prometheus_client's per-process files.
+
+    It must be set before the workers fork (prometheus_client picks its value
+    class at import) and be empty at start, or stale files of an earlier run
+    would be summed into the counters.
+    """
+    base = os.path.join(os.environ.get("FLEETHQ_DATA_DIR", "var"), "prometheus")
+    try:
+        os.makedirs(base, exist_ok=True)
+        for name in os.listdir(base):  # left behind by a master that was killed
+            if name.startswith("web-") and not _alive(name[4:]):
+                shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        path = os.path.join(base, f"web-{os.getpid()}")
+        os.makedirs(path)
+        return path
+    except OSError:  # read-only data dir (some containers): fall back to a tempdir
+        return tempfile.mkdtemp(prefix="fleethq-prometheus-")
+
+
+_owned_multiproc_dir = None
+if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    _owned_multiproc_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"] = _multiproc_dir()
+
+
+def child_exit(server, worker):
+    # Drops the live gauges of the dead worker; its counters are kept.
+    from prometheus_client import multiprocess
+    multiprocess.mark_process_dead(worker.pid)
+
+
+def on_exit(server):
+    if _owned_multiproc_dir:
+        shutil.rmtree(_owned_multiproc_dir, ignore_errors=True)

@@ -1,0 +1,103 @@
+"""Shared set-up for the benchmarks: a scratch database, a migrated schema,
+an admin token, and a gunicorn master on a free port."""
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+import psycopg
+import requests
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+BENCH_PG = os.environ.get("FLEETHQ_BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
+VERSION = "bench-1"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def fresh_database(name: str) -> str:
+    """Drop and create ``name`` on the benchmark server, migrate it, return its URL."""
+    with psycopg.connect(f"{BENCH_PG}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = f"{BENCH_PG}/{name}"
+    env = {**os.environ, "DATABASE_URL": url}
+    subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", "db", "upgrade"], cwd=ROOT,
+                   env=env, check=True, capture_output=True)
+    return url
+
+
+def admin_token(url: str) -> str:
+    env = {**os.environ, "DATABASE_URL": url}
+    out = subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", "fleet", "put-user", "bench",
+                          "--roles", "admin,worker"], cwd=ROOT, env=env, check=True,
+                         capture_output=True)
+    out = subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", "fleet", "rotate-token",
+                          "bench"], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+@contextmanager
+def gunicorn(url: str, *, workers: int = 2, threads: int = 4):
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": url, "FLEETHQ_LOG_JSON": "false"}
+    proc = subprocess.Popen(
+        [os.path.join(os.path.dirname(sys.executable), "gunicorn"), "-w", str(workers),
+         "-k", "gthread", "--threads", str(threads), "-b", f"127.0.0.1:{port}",
+         "--log-level", "warning", "wsgi:app"],
+        cwd=ROOT, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                if requests.get(base + "/healthz", timeout=1).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                time.sleep(0.05)
+        else:
+            raise RuntimeError("gunicorn did not start")
+        yield base, proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Current RSS of a process and its children, in MB (from /proc)."""
+    total = 0
+    pids = [pid]
+    try:
+        children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+        pids += [int(p) for p in children.split()]
+    except FileNotFoundError:
+        pass
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        except FileNotFoundError:
+            pass
+    return total / 1024
+
+
+def self_peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def api(base: str, token: str):
+    session = requests.Session()
+    session.headers.update({"Authorization": f"Bearer {token}", "X-Client-Version": VERSION})
+    return session
