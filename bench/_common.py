@@ -55,7 +55,7 @@ def gunicorn(url: str, *, workers: int = 2, threads: int = 4):
     proc = subprocess.Popen(
         [os.path.join(os.path.dirname(sys.executable), "gunicorn"), "-w", str(workers),
          "-k", "gthread", "--threads", str(threads), "-b", f"127.0.0.1:{port}",
-         "--log-level", "warning", "wsgi:app"],
+         "--log-level", "warning", "--graceful-timeout", "3", "wsgi:app"],
         cwd=ROOT, env=env)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -70,7 +70,11 @@ def gunicorn(url: str, *, workers: int = 2, threads: int = 4):
         yield base, proc
     finally:
         proc.terminate()
-        proc.wait(timeout=20)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def tree_rss_mb(pid: int) -> float:

@@ -1,0 +1,289 @@
+"""HTTP plumbing shared by the admin CLIs: settings, bearer auth, the error
+envelope (DESIGN §6) and a progress line on stderr.
+
+    CliError          a failure the CLI reports; exit 1
+    ├── UsageError    bad settings or arguments; exit 2
+    └── ApiError      the master answered with an error, or could not be reached
+
+This module must not import ``app`` (it runs on worker computers).
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import sys
+import time
+from importlib import metadata
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import requests
+from urllib3.exceptions import NewConnectionError
+
+from workers.protocol import CLIENT_VERSION_HEADER
+
+CONNECT_TIMEOUT = 10.0
+
+
+class CliError(Exception):
+    exit_code = 1
+
+
+class UsageError(CliError):
+    exit_code = 2
+
+
+class ApiError(CliError):
+    """An error answer (``status`` set) or a transport failure (``status`` None).
+
+    ``enveloped`` is True when the body was FleetHQ's own error envelope, so
+    ``retryable`` is the master's word rather than a proxy's guess.
+    ``connected`` is False only when the request surely never reached the master.
+    """
+
+    def __init__(self, status: int | None, code: str, message: str, *, retryable: bool = False,
+                 retry_after_ms: int | None = None, details: dict | None = None,
+                 enveloped: bool = False, connected: bool = True):
+        super().__init__(f"{code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retryable = retryable
+        self.retry_after_ms = retry_after_ms
+        self.details = details if isinstance(details, dict) else {}
+        self.enveloped = enveloped
+        self.connected = connected
+
+    def envelope(self) -> dict:
+        return {"code": self.code, "message": self.message, "status": self.status,
+                "retryable": self.retryable, "retry_after_ms": self.retry_after_ms,
+                "details": self.details}
+
+    def line(self) -> str:
+        """``code: message`` plus the details, which often name the culprit."""
+        text = f"{self.code}: {self.message}"
+        return f"{text} {json.dumps(self.details, ensure_ascii=False)}" if self.details else text
+
+
+def client_version() -> str:
+    try:
+        return "hqctl/" + metadata.version("fleethq")
+    except metadata.PackageNotFoundError:  # running from a source tree
+        return "hqctl/0+unknown"
+
+
+def segment(value: str) -> str:
+    """One URL path segment. ``.`` and ``..`` are valid identifiers, but a URL
+    library would resolve them as dot segments, so they are escaped."""
+    quoted = quote(str(value), safe="")
+    return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_master(url: str, *, allow_http: bool = False) -> str:
+    """Return the master's base URL without a trailing slash, or raise UsageError."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"master must be an http(s) URL, got {url!r}")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise UsageError("master URL may not carry credentials, a query or a fragment")
+    if parts.scheme == "http" and not allow_http and not _is_loopback(parts.hostname):
+        # The bearer token would cross the network in clear text.
+        raise UsageError(f"refusing to send a token over plain http to {parts.hostname}; "
+                         "use https, or pass --allow-http on a trusted network")
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+
+
+def _read_token_file(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip()
+    except OSError as exc:
+        raise UsageError(f"cannot read token file {path}: {exc.strerror}") from None
+
+
+def resolve_settings(master: str | None, token: str | None, token_file: str | None,
+                     environ=os.environ) -> tuple[str, str]:
+    """Flags win over the environment: --token, --token-file, FLEETHQ_TOKEN,
+    FLEETHQ_TOKEN_FILE, in that order."""
+    master = master or environ.get("FLEETHQ_MASTER")
+    if not master:
+        raise UsageError("no master: pass --master URL or set FLEETHQ_MASTER")
+    if not token and token_file:
+        token = _read_token_file(token_file)
+    token = token or environ.get("FLEETHQ_TOKEN")
+    if not token and environ.get("FLEETHQ_TOKEN_FILE"):
+        token = _read_token_file(environ["FLEETHQ_TOKEN_FILE"])
+    token = (token or "").strip()
+    if not token:
+        raise UsageError("no token: pass --token/--token-file or set FLEETHQ_TOKEN")
+    if not token.isascii() or not token.isprintable() or " " in token:
+        raise UsageError("token contains characters that cannot be sent in a header")
+    return master, token
+
+
+class _Bearer(requests.auth.AuthBase):
+    # Set as session.auth so that requests never swaps in ~/.netrc credentials.
+    def __init__(self, token: str):
+        self._token = token
+
+    def __call__(self, request):
+        request.headers["Authorization"] = f"Bearer {self._token}"
+        return request
+
+
+def _connected(exc: requests.RequestException) -> bool:
+    """False when the failure happened before any byte of the request was sent."""
+    if isinstance(exc, (requests.exceptions.ConnectTimeout, requests.exceptions.SSLError)):
+        return False
+    if isinstance(exc, requests.exceptions.ConnectionError) and exc.args:
+        reason = getattr(exc.args[0], "reason", exc.args[0])
+        return not isinstance(reason, NewConnectionError)
+    return True
+
+
+def _describe(exc: requests.RequestException) -> str:
+    # requests nests urllib3's error; its last clause ("[Errno 111] Connection
+    # refused") is the part a person needs.
+    reason = getattr(exc.args[0], "reason", None) if exc.args else None
+    text = str(reason).rsplit(": ", 1)[-1] if reason is not None else str(exc)
+    return f"{type(exc).__name__}: {text}"[:400]
+
+
+def _retry_after_ms(response) -> int | None:
+    value = response.headers.get("Retry-After", "")
+    return int(value) * 1000 if value.isdigit() else None
+
+
+def _error_from(response) -> ApiError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict) and "code" in err:
+        hint = err.get("retry_after_ms")
+        return ApiError(response.status_code, str(err["code"]), str(err.get("message") or ""),
+                        retryable=bool(err.get("retryable")),
+                        retry_after_ms=hint if isinstance(hint, int) else _retry_after_ms(response),
+                        details=err.get("details"), enveloped=True)
+    text = response.text.strip()[:200] if response.text else ""
+    return ApiError(response.status_code, f"http_{response.status_code}",
+                    text or response.reason or "error without a body",
+                    retry_after_ms=_retry_after_ms(response))
+
+
+class Client:
+    """Calls ``{master}/api/v1/...`` with the bearer token; never follows redirects."""
+
+    def __init__(self, master: str, token: str, *, allow_http: bool = False, timeout: float = 60.0):
+        self.base = check_master(master, allow_http=allow_http)
+        self.timeout = timeout
+        self.session = requests.Session()
+        self.session.auth = _Bearer(token)
+        version = client_version()
+        self.session.headers.update({"User-Agent": version, CLIENT_VERSION_HEADER: version,
+                                     "Accept": "application/json"})
+
+    def request(self, method: str, path: str, *, params=None, json=None, data=None,
+                headers=None, timeout: float | None = None):
+        """Send one request; return the decoded JSON body ({} when empty).
+
+        Raises:
+            ApiError: an error status, a redirect, a non-JSON answer, or a
+                transport failure.
+        """
+        url = f"{self.base}/api/v1/{path}"
+        try:
+            response = self.session.request(
+                method, url, params=params, json=json, data=data, headers=headers,
+                timeout=(CONNECT_TIMEOUT, timeout or self.timeout),
+                # A redirect could carry the token to another host, or turn a
+                # POST into a GET: report it instead.
+                allow_redirects=False)
+        except requests.RequestException as exc:
+            raise ApiError(None, "connection_error", f"{self.base}: {_describe(exc)}",
+                           connected=_connected(exc)) from None
+        if 300 <= response.status_code < 400:
+            target = response.headers.get("Location", "?")
+            raise ApiError(response.status_code, "redirect",
+                           f"master redirects to {target}; not following it with the token "
+                           "(point --master at the final URL)")
+        if response.status_code >= 400:
+            raise _error_from(response)
+        if not response.content:
+            return {}
+        try:
+            return response.json()
+        except ValueError:
+            raise ApiError(response.status_code, "invalid_response",
+                           "master answered with a body that is not JSON") from None
+
+
+class Progress:
+    """One self-rewriting status line on stderr, drawn at most ten times a second.
+
+    Off unless stderr is a terminal (or forced), so logs and pipes stay clean.
+    """
+
+    def __init__(self, label: str, *, total: int | None = None, enabled: bool | None = None,
+                 stream=None):
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self.label = label
+        self.total = total
+        self.started = time.monotonic()
+        self._drawn_at = 0.0
+        self._width = 0
+
+    def update(self, done: int, note: str = "", *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self.enabled or (not force and now - self._drawn_at < 0.1):
+            return
+        self._drawn_at = now
+        if self.total:
+            frac = min(done / self.total, 1.0)
+            filled = int(frac * 24)
+            text = f"{self.label} [{'#' * filled}{'-' * (24 - filled)}] {frac:4.0%}"
+        else:
+            text = self.label
+        elapsed = max(now - self.started, 1e-6)
+        text = f"{text} {note} {elapsed:.0f}s".strip()
+        self.stream.write("\r" + text.ljust(self._width))
+        self._width = len(text)
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled and self._width:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+class UploadBody:
+    """A file that requests streams block by block (it has ``read`` and a
+    length), counting bytes for the progress line. Never loads the file."""
+
+    def __init__(self, stream, size: int, progress: Progress):
+        self._stream, self._size, self._progress = stream, size, progress
+        self.sent = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def read(self, amount: int = -1) -> bytes:
+        chunk = self._stream.read(amount if amount and amount > 0 else 1 << 16)
+        self.sent += len(chunk)
+        self._progress.update(self.sent, f"{self.sent >> 20} MiB", force=not chunk)
+        return chunk
+
+    def __iter__(self):
+        while chunk := self.read(1 << 16):
+            yield chunk
