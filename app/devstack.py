@@ -22,6 +22,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Callable
 
 from app import embedded
 
@@ -50,7 +51,7 @@ class Stack:
     def __init__(self, var: Path):
         self.var = var
         self.children: dict[str, subprocess.Popen] = {}
-        self.stoppers: list[tuple[str, callable]] = []  # stopped in reverse order
+        self.stoppers: list[tuple[str, Callable[[], None]]] = []  # stopped in reverse order
 
     # --- steps -------------------------------------------------------------------
 
@@ -170,9 +171,11 @@ FleetHQ (development mode) is ready at {base}/
 
 Try this in another shell:
   export FLEETHQ_MASTER={base} FLEETHQ_TOKEN=$(cat {token_file})
-  .venv/bin/hqctl --help
-  curl -s -H "Authorization: Bearer $FLEETHQ_TOKEN" $FLEETHQ_MASTER/api/v1/admin/projects
-  curl -s $FLEETHQ_MASTER/metrics | grep fleethq_jobs
+  .venv/bin/hqctl whoami
+  .venv/bin/hqctl project get {DEMO_PROJECT}
+  seq 1 1000 | sed 's|^|https://example.org/n/|' | .venv/bin/hqctl enqueue {DEMO_PROJECT}
+  .venv/bin/hqctl jobs list {DEMO_PROJECT} --status todo --limit 5
+  curl -s $FLEETHQ_MASTER/metrics | grep fleethq_queue_depth
 
 Ctrl-C stops everything; data stays in var/ for the next `make dev`.
 """

@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["EmbeddedError", "die_with_parent", "free_port", "pg_bin_dir", "port_is_free", "postgres_status", "start_postgres",
-           "start_redis", "stop_postgres"]
+__all__ = ["EmbeddedError", "die_with_parent", "free_port", "pg_bin_dir", "port_is_free",
+           "postgres_status", "start_postgres", "start_redis", "stop_postgres"]
 
 UNPRIVILEGED_USERS = ("postgres", "fleethq")
 
@@ -142,7 +142,8 @@ def start_postgres(data_dir: str | os.PathLike, port: int | None = None, *,
 
     Parameters:
         data_dir: cluster directory; initialised on first use, reused afterwards.
-        port: TCP port; default: the one remembered in ``<data_dir>.port``, else a free one.
+        port: TCP port; default: the one remembered in ``<data_dir>.port``, else a
+            free one. A server already running on ``data_dir`` keeps its own port.
         database: created if missing.
 
     Returns:
@@ -157,7 +158,9 @@ def start_postgres(data_dir: str | os.PathLike, port: int | None = None, *,
     if user is not None:
         _ensure_traversable(data, user)
         _ensure_traversable(bin_dir, user)
-        os.chown(data, user.pw_uid, user.pw_gid)
+        if data.stat().st_uid != user.pw_uid:  # new, or initialised by another account
+            for path in [data, *data.rglob("*")]:
+                os.chown(path, user.pw_uid, user.pw_gid, follow_symlinks=False)
     os.chmod(data, 0o700)  # PostgreSQL refuses group/world-accessible data dirs
 
     if not (data / "PG_VERSION").exists():
@@ -175,8 +178,13 @@ def start_postgres(data_dir: str | os.PathLike, port: int | None = None, *,
         # No unix socket: TCP on loopback only, so socket path length and
         # directory permissions never matter.
         opts = f"-h 127.0.0.1 -p {port} -k ''"
-        _pg(bin_dir, user, "pg_ctl", "start", "-D", str(data), "-w", "-t", "60",
-            "-l", str(data / "server.log"), "-o", opts, start_new_session=True)
+        log = data / "server.log"
+        try:
+            _pg(bin_dir, user, "pg_ctl", "start", "-D", str(data), "-w", "-t", "60",
+                "-l", str(log), "-o", opts, start_new_session=True)
+        except EmbeddedError as exc:
+            tail = log.read_text(errors="replace").splitlines()[-5:] if log.exists() else []
+            raise EmbeddedError("\n".join([str(exc), f"last lines of {log}:", *tail])) from None
     port_file.write_text(f"{port}\n")
 
     base = f"postgresql://postgres@127.0.0.1:{port}"

@@ -1,6 +1,7 @@
 """Gunicorn settings for the ``web`` process: ``gunicorn -c python:app.gunicorn_conf wsgi:app``.
 
-Environment: ``FLEETHQ_BIND`` (default 127.0.0.1:8400), ``FLEETHQ_WEB_WORKERS``
+Environment: ``FLEETHQ_BIND`` (else ``0.0.0.0:$PORT`` if ``PORT`` is set, else
+127.0.0.1:8400), ``FLEETHQ_WEB_WORKERS``
 (or the conventional ``WEB_CONCURRENCY``; default 2), ``FLEETHQ_WEB_THREADS``
 (default 16), ``PROMETHEUS_MULTIPROC_DIR``.
 """
@@ -8,7 +9,9 @@ import os
 import shutil
 import tempfile
 
-bind = os.environ.get("FLEETHQ_BIND", "127.0.0.1:8400")
+# PORT: Procfile platforms (Heroku, Dokku) say where to listen this way.
+bind = os.environ.get("FLEETHQ_BIND") or (
+    f"0.0.0.0:{os.environ['PORT']}" if os.environ.get("PORT") else "127.0.0.1:8400")
 workers = int(os.environ.get("FLEETHQ_WEB_WORKERS") or os.environ.get("WEB_CONCURRENCY") or 2)
 # Threads, not async workers: a long-polling claim (wait_ms up to 30 s) holds
 # one thread, so each worker process needs many of them.
@@ -42,8 +45,11 @@ def _multiproc_dir() -> str:
     base = os.path.join(os.environ.get("FLEETHQ_DATA_DIR", "var"), "prometheus")
     try:
         os.makedirs(base, exist_ok=True)
-        for name in os.listdir(base):  # left behind by a master that was killed
-            if name.startswith("web-") and not _alive(name[4:]):
+        # Left behind by masters that were killed: dead pids, and our own pid
+        # (in a container the master is pid 1 at every start).
+        for name in os.listdir(base):
+            pid = name[len("web-"):]
+            if name.startswith("web-") and (pid == str(os.getpid()) or not _alive(pid)):
                 shutil.rmtree(os.path.join(base, name), ignore_errors=True)
         path = os.path.join(base, f"web-{os.getpid()}")
         os.makedirs(path)
@@ -64,5 +70,7 @@ def child_exit(server, worker):
 
 
 def on_exit(server):
-    if _owned_multiproc_dir:
+    # After a USR2 binary upgrade the new master (reexec_pid) inherits the
+    # directory: leave it; a later fresh start removes it once that pid is gone.
+    if _owned_multiproc_dir and not server.reexec_pid:
         shutil.rmtree(_owned_multiproc_dir, ignore_errors=True)
