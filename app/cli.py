@@ -6,11 +6,12 @@ import os
 import sys
 
 import click
+from flask.cli import AppGroup
 
 from app.accounts import service as accounts
 from app.errors import FleetError
 
-fleet = click.Group("fleet", help="Administer FleetHQ from the master host.")
+fleet = AppGroup("fleet", help="Administer FleetHQ from the master host.")
 
 
 def _fail(exc: FleetError):
@@ -103,7 +104,7 @@ def list_projects():
 @fleet.command("enqueue-source")
 @click.argument("project_id")
 @click.argument("source", type=click.File("rb"))
-@click.option("--batch-size", default=20_000, show_default=True)
+@click.option("--batch-size", type=int, default=None, help="Jobs per commit (default SOURCE_BATCH).")
 def enqueue_source(project_id, source, batch_size):
     """Import a jobs-jsonl-zstd-v1 file (streamed, committed in batches)."""
     from flask import current_app
@@ -115,7 +116,8 @@ def enqueue_source(project_id, source, batch_size):
                     max_jobs=cfg["SOURCE_MAX_JOBS"], max_line=cfg["SOURCE_MAX_LINE"],
                     max_window=cfg["SOURCE_MAX_WINDOW"])
     try:
-        result = source_import.import_source(project_id, source, limits=limits, batch_size=batch_size)
+        result = source_import.import_source(project_id, source, limits=limits,
+                                             batch_size=batch_size or cfg["SOURCE_BATCH"])
     except FleetError as exc:
         _fail(exc)
     _emit({"jobs": result.jobs, "inserted": result.inserted,

@@ -47,13 +47,87 @@ class SourceError(ValueError):
         self.field = field
 
 
+_ZSTD_MAGIC = 0xFD2FB528
+_SKIPPABLE_MASK, _SKIPPABLE_MAGIC = 0xFFFFFFF0, 0x184D2A50
+
+
+class _FrameTracker:
+    """Follows zstd frame boundaries (RFC 8878 §3.1) in the compressed bytes.
+
+    The streaming decoder simply stops when its input ends, even in the middle
+    of a frame; this tracker is how a truncated upload is told apart from a
+    complete one without buffering anything.
+    """
+
+    def __init__(self):
+        self._state, self._need, self._buf, self._skip = "magic", 4, bytearray(), 0
+        self._checksum = False
+
+    def feed(self, data) -> None:
+        view = memoryview(data)
+        while view:
+            if self._skip:
+                n = min(self._skip, len(view))
+                self._skip -= n
+                view = view[n:]
+                if not self._skip and self._state == "last_block":
+                    self._end_frame()
+                continue
+            take = min(self._need - len(self._buf), len(view))
+            self._buf += view[:take]
+            view = view[take:]
+            if len(self._buf) == self._need:
+                field, self._buf = bytes(self._buf), bytearray()
+                self._advance(field)
+
+    def _end_frame(self) -> None:
+        self._state, self._need = ("checksum", 4) if self._checksum else ("magic", 4)
+
+    def _advance(self, field: bytes) -> None:
+        state = self._state
+        if state == "magic":
+            magic = int.from_bytes(field, "little")
+            if magic == _ZSTD_MAGIC:
+                self._state, self._need = "descriptor", 1
+            elif magic & _SKIPPABLE_MASK == _SKIPPABLE_MAGIC:
+                self._state, self._need = "skippable_size", 4
+            else:
+                raise SourceError("not a valid zstd stream: bad frame magic")
+        elif state == "skippable_size":
+            self._skip = int.from_bytes(field, "little")
+            self._state, self._need = "magic", 4
+        elif state == "descriptor":
+            fhd = field[0]
+            single_segment = (fhd >> 5) & 1
+            self._checksum = bool((fhd >> 2) & 1)
+            rest = ((0 if single_segment else 1) + (0, 1, 2, 4)[fhd & 3]
+                    + ((1 if single_segment else 0), 2, 4, 8)[fhd >> 6])
+            self._state, self._need = ("header_rest", rest) if rest else ("block", 3)
+        elif state == "header_rest":
+            self._state, self._need = "block", 3
+        elif state == "block":
+            header = int.from_bytes(field, "little")
+            last, block_type = header & 1, (header >> 1) & 3
+            self._skip = 1 if block_type == 1 else header >> 3  # RLE blocks carry one byte
+            if last:
+                self._state = "last_block"
+                if not self._skip:
+                    self._end_frame()
+        elif state == "checksum":
+            self._state, self._need = "magic", 4
+
+    def complete(self) -> bool:
+        return self._state == "magic" and not self._buf and not self._skip
+
+
 class _CountingReader(io.RawIOBase):
-    """Counts compressed bytes and stops at the limit."""
+    """Counts compressed bytes, stops at the limit, and tracks frame ends."""
 
     def __init__(self, raw: BinaryIO, limit: int):
         self._raw = raw
         self._limit = limit
         self.count = 0
+        self.frames = _FrameTracker()
 
     def readable(self) -> bool:
         return True
@@ -65,6 +139,7 @@ class _CountingReader(io.RawIOBase):
         self.count += len(data)
         if self.count > self._limit:
             raise SourceError(f"compressed source exceeds {self._limit} bytes", kind="too_large")
+        self.frames.feed(data)
         buffer[: len(data)] = data
         return len(data)
 
@@ -95,6 +170,10 @@ class SourceReader:
             while True:
                 chunk = reader.read(_CHUNK)
                 if not chunk:
+                    if self._counting.count == 0:
+                        raise SourceError("empty source: expected a zstd stream")
+                    if not self._counting.frames.complete():
+                        raise SourceError("zstd stream is truncated (the last frame is incomplete)")
                     return
                 self.uncompressed_bytes += len(chunk)
                 if self.uncompressed_bytes > self._limits.max_expanded:
@@ -102,6 +181,9 @@ class SourceReader:
                                       kind="too_large")
                 yield chunk
         except zstandard.ZstdError as exc:
+            if "too much memory" in str(exc):
+                raise SourceError(f"zstd window larger than {self._limits.max_window} bytes",
+                                  kind="too_large") from None
             raise SourceError(f"not a valid zstd stream: {exc}") from None
 
     def raw_lines(self) -> Iterator[bytes]:

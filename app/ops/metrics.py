@@ -15,6 +15,9 @@ from flask import Response, g, request
 from prometheus_client import CollectorRegistry, Histogram, generate_latest, multiprocess
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from sqlalchemy import text
+
+from app.extensions import db
 from app.projects import counters
 
 REQUEST_LATENCY = Histogram(
@@ -44,12 +47,14 @@ def render_queue_metrics() -> str:
             lines.append(f'{name}{{project="{_label(project_id)}"}} {by_state.get(state, 0)}')
     lines += ["# HELP fleethq_jobs Jobs per project and state",
               "# TYPE fleethq_jobs gauge"]
-    for project_id, by_state in sorted(counters.all_job_counts().items()):
+    project_ids = list(db.session.execute(text("SELECT id FROM projects ORDER BY id")).scalars())
+    job_counts = counters.job_counts(project_ids)  # zeros for projects without jobs
+    for project_id, by_state in sorted(job_counts.items()):
         for state, count in by_state.items():
             lines.append(f'fleethq_jobs{{project="{_label(project_id)}",state="{state}"}} {count}')
     lines += ["# HELP fleethq_queue_depth Jobs waiting to be claimed",
               "# TYPE fleethq_queue_depth gauge"]
-    for project_id, by_state in sorted(counters.all_job_counts().items()):
+    for project_id, by_state in sorted(job_counts.items()):
         lines.append(f'fleethq_queue_depth{{project="{_label(project_id)}"}} {by_state["todo"]}')
     return "\n".join(lines) + "\n"
 

@@ -1,0 +1,427 @@
+"""Operations: /healthz, /readyz, /metrics, request ids, and metrics under
+several gunicorn workers (DESIGN §2, app/ops)."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import requests
+from pytest_postgresql.janitor import DatabaseJanitor
+
+from tests.conftest import PG_HOST, PG_PORT, PG_USER, free_port, unique
+from tests.helpers import Api, body, values
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLAIM_ENDPOINT = "/api/v1/projects/<project_id>/jobs/claim"
+_SAMPLE = re.compile(r"\A([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\Z")
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def samples(text: str) -> list[tuple[str, dict, float]]:
+    """Parse Prometheus text format into (name, labels, value)."""
+    out = []
+    for raw in text.splitlines():
+        if not raw.strip() or raw.startswith("#"):
+            continue
+        match = _SAMPLE.match(raw.strip())
+        assert match, f"not a Prometheus sample line: {raw!r}"
+        name, labels, value = match.groups()
+        out.append((name, dict(_LABEL.findall(labels or "")), float(value)))
+    return out
+
+
+def value(parsed, name: str, **labels) -> float | None:
+    found = [v for n, l, v in parsed if n == name and all(l.get(k) == x for k, x in labels.items())]
+    assert len(found) <= 1, (name, labels, found)
+    return found[0] if found else None
+
+
+def total(parsed, name: str, **labels) -> float:
+    return sum(v for n, l, v in parsed if n == name and all(l.get(k) == x for k, x in labels.items()))
+
+
+def closed_port_url() -> str:
+    return f"postgresql://{PG_USER}@127.0.0.1:{free_port()}/nowhere"
+
+
+@pytest.fixture
+def scratch_database():
+    dbname = f"fleethq_ops_{os.getpid()}_{unique('d').split('-')[1]}"
+    janitor = DatabaseJanitor(user=PG_USER, host=PG_HOST, port=PG_PORT, dbname=dbname)
+    janitor.init()
+    try:
+        yield f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{dbname}"
+    finally:
+        janitor.drop()
+
+
+def make_app(url: str, **kw):
+    from app import create_app
+    return create_app({"DATABASE_URL": url, "TESTING": True, "LOG_JSON": False}, **kw)
+
+
+def dispose(application):
+    from app.extensions import db
+    with application.app_context():
+        db.session.remove()
+        db.engine.dispose()
+
+
+# ------------------------------------------------------------------ health
+
+
+def test_healthz_answers_without_a_database():
+    application = make_app(closed_port_url(), check_schema=False)
+    response = application.test_client().get("/healthz")
+    assert response.status_code == 200
+    assert response.get_json() == {"status": "ok"}
+
+
+def test_app_starts_when_the_database_is_down():
+    """The schema guard skips an unreachable database; /readyz reports it instead."""
+    application = make_app(closed_port_url())
+    assert application.test_client().get("/healthz").status_code == 200
+
+
+def test_readyz_ok_when_migrated(client):
+    response = client.get("/readyz")
+    assert response.status_code == 200, response.get_json()
+    assert response.get_json()["status"] == "ok"
+    assert response.get_json()["revision"] == ["0001"]
+
+
+def test_readyz_503_when_database_unreachable():
+    application = make_app(closed_port_url(), check_schema=False)
+    response = application.test_client().get("/readyz")
+    assert response.status_code == 503
+    assert response.get_json()["status"] == "unavailable"
+    assert "unreachable" in response.get_json()["reason"]
+    # No internals (addresses, driver messages) in the answer.
+    assert "127.0.0.1" not in response.get_data(as_text=True)
+
+
+def test_readyz_503_when_database_not_migrated(scratch_database):
+    application = make_app(scratch_database)
+    try:
+        response = application.test_client().get("/readyz")
+        assert response.status_code == 503
+        assert response.get_json()["reason"] == "database not migrated to this release"
+        assert response.get_json()["database"] == []
+        assert response.get_json()["code"] == ["0001"]
+    finally:
+        dispose(application)
+
+
+# ------------------------------------------------------------- request ids
+
+
+def test_every_response_carries_a_request_id(client, admin_token):
+    seen = set()
+    responses = [
+        client.get("/healthz"),
+        client.get("/readyz"),
+        client.get("/metrics"),
+        client.get("/no/such/page"),
+        client.get("/api/v1/whoami"),  # 401
+        client.get("/api/v1/whoami", headers={"Authorization": f"Bearer {admin_token}"}),
+        client.delete("/healthz"),  # 405
+    ]
+    for response in responses:
+        rid = response.headers.get("X-Request-ID")
+        assert rid and re.fullmatch(r"[A-Za-z0-9._:-]{1,128}", rid), (response.status_code, rid)
+        seen.add(rid)
+    assert len(seen) == len(responses)  # fresh ids, not one per process
+
+
+def test_valid_incoming_request_id_is_echoed(client):
+    rid = "req-42.abc:DEF_x"
+    response = client.get("/healthz", headers={"X-Request-ID": rid})
+    assert response.headers["X-Request-ID"] == rid
+    response = client.get("/api/v1/whoami", headers={"X-Request-ID": rid})
+    assert response.status_code == 401
+    assert response.headers["X-Request-ID"] == rid
+
+
+@pytest.mark.parametrize("bad", ["has space", "x" * 129, "semi;colon", "ü"])
+def test_invalid_incoming_request_id_is_replaced(client, bad):
+    response = client.get("/healthz", headers={"X-Request-ID": bad})
+    rid = response.headers["X-Request-ID"]
+    assert rid != bad
+    assert re.fullmatch(r"[A-Za-z0-9._:-]{1,128}", rid)
+
+
+# ----------------------------------------------------------------- metrics
+
+
+def _metrics(client) -> list:
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.mimetype == "text/plain"
+    return samples(response.get_data(as_text=True))
+
+
+def test_metrics_count_claims_completions_failures_expiries(app, client, admin_token):
+    from app.extensions import db
+    from app.projects import leasing
+
+    api = Api(client, admin_token)
+    busy, idle = unique("busy"), unique("idle")
+    api.put_project(busy)
+    api.put_project(idle)
+    api.enqueue(busy, values(6))
+    api.enqueue(idle, values(2))
+
+    claimed = body(api.claim(busy, max_jobs=4))["jobs"]
+    assert len(claimed) == 4
+    assert body(api.complete(busy, claimed[:1]))["results"][0]["status"] == "applied"
+    assert body(api.fail(busy, claimed[1:2], retryable=True))["results"][0]["status"] == "applied"
+    with app.app_context():
+        db.session.execute(db.text(
+            "UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = :id"),
+            {"id": int(claimed[2]["job_id"])})
+        db.session.commit()
+        assert leasing.sweep()["expired"] == 1
+        db.session.remove()
+
+    parsed = _metrics(client)
+    assert value(parsed, "fleethq_claims_total", project=busy) == 4
+    assert value(parsed, "fleethq_completions_total", project=busy) == 1
+    assert value(parsed, "fleethq_failures_total", project=busy) == 1
+    assert value(parsed, "fleethq_lease_expiries_total", project=busy) == 1
+    # 2 never claimed + the retryable failure + the expired lease are waiting again.
+    assert value(parsed, "fleethq_queue_depth", project=busy) == 4
+    assert value(parsed, "fleethq_queue_depth", project=idle) == 2
+    assert value(parsed, "fleethq_jobs", project=busy, state="wip") == 1
+    assert value(parsed, "fleethq_jobs", project=busy, state="done") == 1
+    assert value(parsed, "fleethq_claims_total", project=idle) in (None, 0)
+
+    # Counters survive the fold of the delta rows.
+    from app.projects import counters
+    with app.app_context():
+        counters.fold()
+        db.session.remove()
+    again = _metrics(client)
+    for name in ("fleethq_claims_total", "fleethq_completions_total", "fleethq_failures_total",
+                 "fleethq_lease_expiries_total", "fleethq_queue_depth"):
+        assert value(again, name, project=busy) == value(parsed, name, project=busy), name
+
+    # Re-claiming the requeued jobs counts new claims; the counter only grows.
+    assert len(body(api.claim(busy, max_jobs=10))["jobs"]) == 4
+    later = _metrics(client)
+    assert value(later, "fleethq_claims_total", project=busy) == 8
+    assert value(later, "fleethq_queue_depth", project=busy) == 0
+
+
+def test_metrics_label_values_are_escaped(app, client, admin_token):
+    api = Api(client, admin_token)
+    api.put_project("odd.name:x-1")
+    api.enqueue("odd.name:x-1", values(1))
+    parsed = _metrics(client)
+    assert value(parsed, "fleethq_queue_depth", project="odd.name:x-1") == 1
+
+
+def test_queue_depth_is_reported_for_every_project(client, admin_token):
+    """An empty project is a queue of depth 0, not a missing series."""
+    api = Api(client, admin_token)
+    empty, drained = unique("empty"), unique("drained")
+    api.put_project(empty)
+    api.put_project(drained)
+    api.enqueue(drained, values(1))
+    job = body(api.claim(drained))["jobs"]
+    api.complete(drained, job)
+    parsed = _metrics(client)
+    assert value(parsed, "fleethq_queue_depth", project=drained) == 0
+    assert value(parsed, "fleethq_queue_depth", project=empty) == 0
+
+
+def test_request_latency_histogram(client, admin_token):
+    api = Api(client, admin_token)
+    project = unique("lat")
+    api.put_project(project)
+    before = _metrics(client)
+    for _ in range(3):
+        assert api.claim(project).status_code == 200
+    after = _metrics(client)
+    name = "fleethq_http_request_duration_seconds"
+    labels = {"method": "POST", "endpoint": CLAIM_ENDPOINT, "status": "200"}
+    assert total(after, f"{name}_count", **labels) - total(before, f"{name}_count", **labels) == 3
+    buckets = sorted(((float(l["le"]), v) for n, l, v in after
+                      if n == f"{name}_bucket" and all(l.get(k) == x for k, x in labels.items())))
+    assert len(buckets) == 15  # 14 configured bounds + Inf
+    assert buckets[-1] == (float("inf"), value(after, f"{name}_count", **labels))
+    assert [v for _, v in buckets] == sorted(v for _, v in buckets)  # cumulative
+    # The endpoint label is the route rule, so project ids do not explode the label set.
+    assert not any(project in l.get("endpoint", "") for _, l, _ in after)
+
+
+# ------------------------------------------------- gunicorn, several workers
+
+
+class Gunicorn:
+    def __init__(self, env: dict, log_path):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        full_env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+        full_env.update({"FLEETHQ_BIND": f"127.0.0.1:{self.port}", "FLEETHQ_WEB_WORKERS": "3",
+                         "FLEETHQ_LOG_JSON": "false",
+                         # One connection per worker at a time, so that concurrent
+                         # requests are necessarily served by different workers.
+                         "GUNICORN_CMD_ARGS": "--worker-connections 1"}, **env)
+        gunicorn = os.path.join(os.path.dirname(sys.executable), "gunicorn")
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen([gunicorn, "-c", "python:app.gunicorn_conf", "wsgi:app"],
+                                     cwd=ROOT, env=full_env, stdout=self._log,
+                                     stderr=subprocess.STDOUT)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def wait_ready(self, deadline_s: float = 60):
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"gunicorn exited:\n{self.log()}"
+            try:
+                if requests.get(self.url + "/readyz", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        pytest.fail(f"gunicorn did not become ready:\n{self.log()}")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=45)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._log.close()
+
+
+def _drive_gunicorn(server: Gunicorn, admin_token: str, project: str, idle: str) -> list:
+    """60 claim requests spread over the workers; returns the parsed /metrics."""
+    def post_claim(project_id, **extra):
+        with requests.Session() as session:  # a new connection per request
+            session.headers["Connection"] = "close"
+            api = Api(session, admin_token, base=server.url)
+            response = api.claim(project_id, max_jobs=1, **extra)
+            assert response.status_code == 200, response.text
+            return response.json()
+
+    errors = []
+
+    def run(fn):
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    # Three long polls at once hold the three workers; then 57 claims, six at a time.
+    threads = [threading.Thread(target=run, args=(lambda: post_claim(idle, wait_ms=1500),))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    claimed = []
+
+    def claimer(n):
+        for _ in range(n):
+            claimed.extend(post_claim(project)["jobs"])
+
+    shares = [57 // 6 + (1 if i < 57 % 6 else 0) for i in range(6)]
+    assert sum(shares) == 57
+    threads = [threading.Thread(target=run, args=(lambda n=n: claimer(n),)) for n in shares]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert len(claimed) == 57
+    assert len({j["job_id"] for j in claimed}) == 57
+
+    response = requests.get(server.url + "/metrics", timeout=10)
+    assert response.status_code == 200
+    return samples(response.text)
+
+
+def _check_gunicorn_metrics(parsed, project, idle):
+    name = "fleethq_http_request_duration_seconds"
+    assert total(parsed, f"{name}_count", endpoint=CLAIM_ENDPOINT, method="POST") == 60
+    assert total(parsed, f"{name}_bucket", endpoint=CLAIM_ENDPOINT, method="POST", le="+Inf") == 60
+    assert value(parsed, "fleethq_claims_total", project=project) == 57
+    assert value(parsed, "fleethq_queue_depth", project=project) == 3
+    assert value(parsed, "fleethq_claims_total", project=idle) in (None, 0)
+
+
+def _histogram_pids(directory) -> set[str]:
+    return {m.group(1) for m in (re.fullmatch(r"histogram_(\d+)\.db", n) for n in os.listdir(directory))
+            if m}
+
+
+@pytest.fixture
+def gunicorn_project(app, client, admin_token):
+    api = Api(client, admin_token)
+    project, idle = unique("gun"), unique("gunidle")
+    api.put_project(project)
+    api.put_project(idle)
+    assert body(api.enqueue(project, values(60)))["inserted"] == 60
+    return project, idle
+
+
+def test_metrics_under_several_gunicorn_workers(database_url, admin_token, gunicorn_project, tmp_path):
+    assert os.path.exists(os.path.join(ROOT, "app", "gunicorn_conf.py"))
+    project, idle = gunicorn_project
+    prom_dir = tmp_path / "prom"
+    prom_dir.mkdir()
+    server = Gunicorn({"DATABASE_URL": database_url, "PROMETHEUS_MULTIPROC_DIR": str(prom_dir)},
+                      tmp_path / "gunicorn.log")
+    try:
+        server.wait_ready()
+        parsed = _drive_gunicorn(server, admin_token, project, idle)
+        assert len(_histogram_pids(prom_dir)) >= 2, os.listdir(prom_dir)  # really several workers
+        _check_gunicorn_metrics(parsed, project, idle)
+    finally:
+        server.stop()
+
+
+def test_gunicorn_conf_manages_its_own_multiprocess_dir(database_url, admin_token, gunicorn_project,
+                                                        tmp_path):
+    """Without PROMETHEUS_MULTIPROC_DIR (the Procfile's ``web`` line) the conf makes
+    one under the data dir, and a restart does not count the last run's requests again."""
+    project, idle = gunicorn_project
+    data_dir = tmp_path / "data"
+    env = {"DATABASE_URL": database_url, "FLEETHQ_DATA_DIR": str(data_dir)}
+    server = Gunicorn(env, tmp_path / "gunicorn.log")
+    try:
+        server.wait_ready()
+        parsed = _drive_gunicorn(server, admin_token, project, idle)
+        dirs = [d for d in (data_dir / "prometheus").iterdir() if d.is_dir()]
+        assert len(dirs) == 1, "\n".join(map(str, os.walk(tmp_path)))
+        assert len(_histogram_pids(dirs[0])) >= 2, os.listdir(dirs[0])
+        _check_gunicorn_metrics(parsed, project, idle)
+    finally:
+        server.stop()
+
+    server = Gunicorn(env, tmp_path / "gunicorn2.log")
+    try:
+        server.wait_ready()
+        with requests.Session() as session:
+            api = Api(session, admin_token, base=server.url)
+            for _ in range(5):
+                assert api.claim(idle).status_code == 200
+        parsed = samples(requests.get(server.url + "/metrics", timeout=10).text)
+        name = "fleethq_http_request_duration_seconds"
+        assert total(parsed, f"{name}_count", endpoint=CLAIM_ENDPOINT, method="POST") == 5
+        # The database-derived counters do carry over.
+        assert value(parsed, "fleethq_claims_total", project=project) == 57
+    finally:
+        server.stop()

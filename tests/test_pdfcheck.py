@@ -1,0 +1,204 @@
+"""workers.pdfcheck: the PDF check of DESIGN §8 step 4 (no database needed)."""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pikepdf
+import pytest
+
+from tests import pdfs
+from workers.pdfcheck import (ParseLimits, PdfCheckError, PdfInfo, PdfRejected, check_pdf_file,
+                              sha256_file)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """Shared inputs, made once: a valid 3-page 64 KiB PDF and the deflate bomb."""
+    d = tmp_path_factory.mktemp("pdfs")
+    valid = d / "valid.pdf"
+    sha = pdfs.make_pdf(valid, pages=3, target_bytes=64 * 1024)
+    spinning = d / "spinning.pdf"
+    pdfs.spinning_pdf(spinning)
+    return {"valid": valid, "valid_sha": sha, "spinning": spinning}
+
+
+def rejected(path, **kwargs) -> PdfRejected:
+    with pytest.raises(PdfRejected) as info:
+        check_pdf_file(path, **kwargs)
+    return info.value
+
+
+# --- accepted ------------------------------------------------------------------
+
+def test_valid_pdf_passes(files):
+    size = files["valid"].stat().st_size
+    info = check_pdf_file(files["valid"], expected_size=size, expected_sha256=files["valid_sha"])
+    assert info == PdfInfo(size=size, sha256=files["valid_sha"], pages=3, pdf_version="1.3")
+    assert info.sha256 == hashlib.sha256(files["valid"].read_bytes()).hexdigest()
+
+
+def test_20_mib_pdf_passes_quickly(tmp_path):
+    path = tmp_path / "big.pdf"
+    sha = pdfs.make_pdf(path, pages=12, target_bytes=20 * 1024 * 1024)
+    started = time.monotonic()
+    info = check_pdf_file(path, expected_sha256=sha)
+    # ~0.15 s here (hashing + child start-up + qpdf --check); generous bound.
+    assert time.monotonic() - started < 5
+    assert (info.pages, info.sha256) == (12, sha)
+
+
+def test_leading_bytes_before_header_are_accepted(files, tmp_path):
+    # The spec allows %PDF- anywhere in the first 1024 bytes, and qpdf copes.
+    path = tmp_path / "bom.pdf"
+    path.write_bytes(b"\xef\xbb\xbf\n" + b" " * 500 + b"\n" + files["valid"].read_bytes())
+    assert check_pdf_file(path).pages == 3
+
+
+def test_parse_false_skips_the_child(files):
+    info = check_pdf_file(files["valid"], parse=False)
+    assert (info.pages, info.pdf_version, info.sha256) == (None, "1.3", files["valid_sha"])
+
+
+def test_sha256_file_matches_hashlib(files):
+    assert sha256_file(files["valid"]) == files["valid_sha"]
+
+
+def test_pdf_generator_is_deterministic_and_sized(tmp_path):
+    a, b = tmp_path / "a.pdf", tmp_path / "b.pdf"
+    assert pdfs.make_pdf(a, pages=2, target_bytes=100_000, seed=7) == \
+        pdfs.make_pdf(b, pages=2, target_bytes=100_000, seed=7)
+    assert abs(a.stat().st_size - 100_000) < 16
+    assert pdfs.make_pdf(b, pages=2, target_bytes=100_000, seed=8) != sha256_file(a)
+
+
+# --- cheap checks ------------------------------------------------------------------
+
+def test_wrong_hash(files):
+    exc = rejected(files["valid"], expected_sha256="0" * 64)
+    assert exc.reason == "hash_mismatch"
+    assert files["valid_sha"] in str(exc)
+
+
+def test_wrong_size(files):
+    size = files["valid"].stat().st_size
+    assert rejected(files["valid"], expected_size=size + 1).reason == "size_mismatch"
+
+
+def test_html_served_as_pdf(tmp_path):
+    path = tmp_path / "paywall.pdf"
+    pdfs.html_as_pdf(path)
+    assert path.stat().st_size > 10 * 1024          # so the size floor is not what catches it
+    exc = rejected(path)
+    assert exc.reason == "not_pdf" and "<!DOCTYPE" in exc.message
+
+
+def test_header_beyond_first_kib(files, tmp_path):
+    path = tmp_path / "late.pdf"
+    path.write_bytes(b"x" * 1024 + files["valid"].read_bytes())
+    assert rejected(path).reason == "not_pdf"
+
+
+def test_under_10_kib(tmp_path):
+    path = tmp_path / "tiny.pdf"
+    pdfs.tiny_pdf(path)
+    assert path.stat().st_size < 10 * 1024
+    assert rejected(path).reason == "too_small"
+    assert check_pdf_file(path, min_bytes=0).pages == 1      # valid, only small
+
+
+def test_over_max_bytes(files, tmp_path):
+    assert rejected(files["valid"], max_bytes=32 * 1024).reason == "too_large"
+    # The default ceiling is 100 MiB; a sparse file costs no disk.
+    huge = tmp_path / "huge.pdf"
+    with open(huge, "wb") as f:
+        f.truncate(100 * 1024 * 1024 + 1)
+    assert rejected(huge).reason == "too_large"
+
+
+def test_missing_eof(files, tmp_path):
+    data = files["valid"].read_bytes()
+    no_marker = tmp_path / "no_marker.pdf"
+    no_marker.write_bytes(data.replace(b"%%EOF", b"%%EOX"))
+    assert rejected(no_marker).reason == "no_eof"
+    # %%EOF present, but followed by more than 4 KiB of something else.
+    buried = tmp_path / "buried.pdf"
+    buried.write_bytes(data + b"\0" * 5000)
+    assert rejected(buried).reason == "no_eof"
+
+
+def test_truncated_pdf_fails_the_tail_check(files, tmp_path):
+    path = tmp_path / "half.pdf"
+    pdfs.truncated_pdf(files["valid"], path)
+    assert rejected(path).reason == "no_eof"
+
+
+# --- structural parse ------------------------------------------------------------------
+
+def test_truncated_pdf_with_forged_eof_fails_the_parse(files, tmp_path):
+    path = tmp_path / "half_eof.pdf"
+    pdfs.truncated_pdf(files["valid"], path, forge_eof=True)
+    # Why recovery must be off: a default open() repairs it, pages and all.
+    with pikepdf.open(path) as repaired:
+        assert len(repaired.pages) == 3
+    exc = rejected(path)
+    assert exc.reason == "unparseable" and "startxref" in exc.message
+
+
+def test_bytes_missing_from_the_middle_fail_the_parse(files, tmp_path):
+    # A download with a gap: head and tail intact, xref offsets now wrong.
+    data = files["valid"].read_bytes()
+    path = tmp_path / "gap.pdf"
+    path.write_bytes(data[:300] + data[1300:])
+    assert rejected(path).reason == "unparseable"
+
+
+def test_garbage_with_pdf_markers_fails_the_parse(tmp_path):
+    path = tmp_path / "fake.pdf"
+    path.write_bytes(b"%PDF-1.7\n" + os.urandom(20 * 1024) + b"\n%%EOF\n")
+    assert rejected(path).reason == "unparseable"
+
+
+# --- limits: the deflate bomb (4 GiB of page content in a 26 KiB file) -----------------------
+
+@pytest.mark.parametrize("limits, reason", [
+    # Memory: decoding needs ~2x the inflated size; qpdf hits RLIMIT_AS in ~2 s.
+    (ParseLimits(), "parse_limit"),
+    # CPU: with room for 2 GiB, inflating outlasts 1 s of CPU: SIGXCPU.
+    (ParseLimits(cpu_seconds=1, memory_bytes=2 << 30, wall_seconds=15), "parse_limit"),
+    # Wall clock: the parent kills the child after 1 s.
+    (ParseLimits(cpu_seconds=30, memory_bytes=2 << 30, wall_seconds=1), "parse_timeout"),
+], ids=["memory", "cpu", "wall"])
+def test_spinning_pdf_hits_the_limits(files, limits, reason):
+    started = time.monotonic()
+    exc = rejected(files["spinning"], limits=limits)
+    elapsed = time.monotonic() - started
+    assert exc.reason == reason, exc.message
+    assert elapsed < limits.wall_seconds + 2
+
+
+def test_checker_failure_is_not_a_rejection(files):
+    # Too little address space for Python + pikepdf even to start: the check
+    # could not run, which must not be blamed on the file.
+    with pytest.raises(PdfCheckError):
+        check_pdf_file(files["valid"], limits=ParseLimits(memory_bytes=16 << 20))
+
+
+def test_rejection_is_a_value_error():
+    exc = PdfRejected("not_pdf", "no header")
+    assert isinstance(exc, ValueError) and exc.reason == "not_pdf" and str(exc) == "no header"
+
+
+# --- isolation ------------------------------------------------------------------------
+
+def test_module_imports_without_flask_or_app():
+    code = ("import workers.pdfcheck, sys; "
+            "bad = [m for m in ('flask', 'app', 'pikepdf') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=30)
