@@ -29,6 +29,13 @@ class Defaults:
     LONG_POLL_MAX_MS = 30_000
     # Refresh hint sent with the project policy.
     POLICY_REFRESH_MS = 60_000
+    # Spool and uploads (DESIGN §8, §12).
+    SPOOL_MAX_BYTES = 2 * 1024**3
+    UPLOAD_MIN_BYTES = 10 * 1024
+    UPLOAD_MAX_BYTES = 100 * 1024 * 1024
+    STAGED_RETENTION_S = 7 * 24 * 3600
+    NODE_LEASE_S = 60
+    WORKER_STALE_S = 90
     DEV_MODE = False
     LOG_JSON = True
     SQLALCHEMY_ENGINE_OPTIONS = {"pool_size": 10, "max_overflow": 20, "pool_pre_ping": True}
@@ -49,6 +56,10 @@ def load(overrides: dict | None = None) -> dict:
     for key in ("DATABASE_URL", "REDIS_URL"):
         if os.environ.get(key):
             cfg[key] = os.environ[key]
+    # Plain S3_* switches the object store to S3 (DESIGN §2); strings as given.
+    for key, raw in os.environ.items():
+        if key.startswith("S3_") and raw:
+            cfg[key] = raw
     cfg.update(overrides or {})
     cfg["SQLALCHEMY_DATABASE_URI"] = sqlalchemy_url(cfg["DATABASE_URL"])
     cfg["LISTEN_DSN"] = libpq_url(cfg["SQLALCHEMY_DATABASE_URI"])
