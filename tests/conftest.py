@@ -34,7 +34,7 @@ def database_url():
                         connect_timeout=5).close()
     except psycopg.OperationalError as exc:
         pytest.fail(f"PostgreSQL is required at {PG_HOST}:{PG_PORT}: {exc}", pytrace=False)
-    janitor = DatabaseJanitor(user=PG_USER, host=PG_HOST, port=PG_PORT, dbname=dbname, version=15)
+    janitor = DatabaseJanitor(user=PG_USER, host=PG_HOST, port=PG_PORT, dbname=dbname)
     janitor.init()
     url = f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{dbname}"
     try:

@@ -47,7 +47,7 @@ def is_int(value) -> bool:
 
 
 def compact_json(obj) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, sort_keys=True, allow_nan=False)
 
 
 def _utf8_len(text: str, field: str) -> int:

@@ -44,7 +44,10 @@ def init_app(app) -> None:
         code = _HTTP_CODES.get(exc.code, "invalid_request")
         err = FleetError(exc.description or exc.name, code=code)
         err.status = exc.code
-        return error_response(err)
+        response = error_response(err)
+        if getattr(exc, "valid_methods", None):
+            response.headers["Allow"] = ", ".join(exc.valid_methods)
+        return response
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):

@@ -83,8 +83,13 @@ def enqueue_source(project_id):
                    uncompressed_bytes=result.uncompressed_bytes)
 
 
+def _decimal(raw: str) -> bool:
+    # str.isdigit() also accepts "²" and other digits int() refuses.
+    return raw.isascii() and raw.isdigit()
+
+
 def _job_id(raw: str) -> int:
-    if not raw.isdigit() or len(raw) > 18:
+    if not _decimal(raw) or len(raw) > 18:
         raise InvalidRequest("job id must be a decimal job_id", details={"field": "job_id"})
     return int(raw)
 
@@ -102,7 +107,7 @@ def list_jobs(project_id):
         raise InvalidRequest("unknown status", details={"field": "status"})
     after = _job_id(args["after_job_id"]) if args.get("after_job_id") else None
     limit_raw = args.get("limit", "100")
-    if not limit_raw.isdigit() or not 1 <= int(limit_raw) <= 200:
+    if not _decimal(limit_raw) or not 1 <= int(limit_raw) <= 200:
         raise InvalidRequest("limit must be 1..200", details={"field": "limit"})
     return jsonify(jobs_admin.list_jobs(project_id, status=status, after_job_id=after,
                                         limit=int(limit_raw)))

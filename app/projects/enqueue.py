@@ -8,7 +8,6 @@ Rows that already existed are compared field by field; any difference is an
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from sqlalchemy import text
@@ -63,8 +62,21 @@ def _identity(spec: dict, mode: str):
     return None
 
 
+def _json_equal(a, b) -> bool:
+    """Equality as jsonb sees it: true is not 1, while 1 equals 1.0."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    return type(a) is type(b) and a == b
+
+
 def _same_job(a: dict, b: dict) -> bool:
-    return all(a.get(k) == b.get(k) for k in ("value", "type", "via", "hops", "attr"))
+    return all(_json_equal(a.get(k), b.get(k)) for k in ("value", "type", "via", "hops", "attr"))
 
 
 def collapse_duplicates(specs: list[dict], mode: str, offset: int = 0) -> list[tuple[int, dict]]:
@@ -142,6 +154,3 @@ def enqueue(project_id: str, specs: list[dict]) -> EnqueueResult:
         raise
     return result
 
-
-def dumps_attr(attr) -> str:
-    return json.dumps(attr)

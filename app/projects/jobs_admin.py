@@ -77,7 +77,9 @@ def requeue(project_id: str, job_id: int) -> dict:
     """Put a failed or exhausted job back in the queue with fresh counters. Commits."""
     row = db.session.execute(text(
         "UPDATE jobs SET state = 'todo', resets = 0, not_before = now(), updated_at = now(), "
-        "lease_expires_at = NULL WHERE id = :id AND project_id = :p "
+        "lease_expires_at = NULL, deadline_at = now() + make_interval(secs => CAST("
+        "(SELECT task_timeout_seconds FROM projects WHERE id = :p) AS int)) "
+        "WHERE id = :id AND project_id = :p "
         "AND state IN ('failed', 'reset_exhausted') RETURNING id"),
         {"id": job_id, "p": project_id}).first()
     if row is None:

@@ -219,7 +219,7 @@ def _parse_ids(items) -> tuple[list[int], list[int]]:
 
 def _as_bigint(ident: str) -> int:
     # Ids are decimal strings on the wire; anything else can match no row.
-    return int(ident) if ident.isdigit() and len(ident) <= 18 else -1
+    return int(ident) if ident.isascii() and ident.isdigit() and len(ident) <= 18 else -1
 
 
 _GUARD = """j.id = i.job_id AND j.current_attempt_id = i.attempt_id AND j.project_id = :p
@@ -441,3 +441,44 @@ def sweep(limit: int = 5000) -> dict:
     overdue = db.session.execute(text(_FAIL_OVERDUE_SQL), {"limit": limit}).rowcount
     db.session.commit()
     return {"expired": expired, "overdue": overdue}
+
+
+# ---------------------------------------------------------------- heartbeat
+
+_HEARTBEAT_SQL = """
+WITH renewed AS (
+    UPDATE jobs j SET lease_expires_at = GREATEST(j.lease_expires_at,
+            LEAST(now() + make_interval(secs => :lease), j.deadline_at, a.deadline_at))
+    FROM attempts a
+    WHERE a.id = ANY(:ids) AND j.id = a.job_id AND j.current_attempt_id = a.id
+      AND j.state = 'wip' AND j.worker_id = :w AND j.worker_owner IS NOT DISTINCT FROM :o
+      AND j.lease_expires_at > now() AND a.state IN ('running', 'uploading')
+    RETURNING a.id, j.lease_expires_at
+), att AS (
+    UPDATE attempts a SET lease_expires_at = renewed.lease_expires_at
+    FROM renewed WHERE a.id = renewed.id
+)
+SELECT id, floor(extract(epoch FROM lease_expires_at))::bigint FROM renewed
+UNION ALL
+SELECT a.id, floor(extract(epoch FROM a.lease_expires_at))::bigint FROM attempts a
+WHERE a.id = ANY(:ids) AND a.state = 'staged' AND a.worker_id = :w
+  AND a.worker_owner IS NOT DISTINCT FROM :o
+"""
+
+
+def renew_for_heartbeat(worker: Worker, attempt_ids: list[int], lease_seconds: int) -> dict[str, int]:
+    """Renew the leases a worker reports as running (never past a deadline,
+    never reviving an expired one). Staged attempts are listed unchanged: the
+    worker keeps them until their receipt says done. Commits.
+
+    Returns:
+        {attempt_id: lease_expires_at} — the worker must stop every attempt
+        it runs that is missing here.
+    """
+    if not attempt_ids:
+        return {}
+    rows = db.session.execute(text(_HEARTBEAT_SQL), {
+        "ids": attempt_ids, "w": worker.worker_id, "o": worker.owner,
+        "lease": float(lease_seconds)}).all()
+    db.session.commit()
+    return {str(r[0]): r[1] for r in rows}

@@ -68,10 +68,13 @@ def _int_range(lo, hi=None, nullable=False):
 def _positive_rate(name, value):
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value <= 0:
+    try:
+        rate = float(value) if not isinstance(value, bool) and isinstance(value, (int, float)) else None
+    except OverflowError:  # an integer beyond float range
+        rate = None
+    if rate is None or not math.isfinite(rate) or rate <= 0:
         raise InvalidRequest(f"{name} must be a finite number > 0 or null", details={"field": name})
-    return float(value)
+    return rate
 
 
 def _bool(name, value):

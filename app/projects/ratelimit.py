@@ -27,7 +27,15 @@ def grantable(tokens: float, want: int) -> int:
     return max(0, min(want, math.floor(tokens + EPSILON)))
 
 
+# Absurdly small rates (1e-300 qps) would ask clients to wait ~1e303 ms, which
+# overflows any int64 reader; a day is the longest wait we ever announce.
+MAX_RETRY_AFTER_MS = 86_400_000
+
+
 def retry_after_ms(tokens: float, qps: float) -> int:
-    """Milliseconds until the bucket holds one whole token again (at least 1)."""
+    """Milliseconds until the bucket holds one whole token again (1 .. a day)."""
     deficit = max(0.0, 1.0 - tokens)
-    return max(1, math.ceil(deficit * 1000.0 / qps - EPSILON))
+    wait = deficit * 1000.0 / qps - EPSILON
+    if wait >= MAX_RETRY_AFTER_MS:
+        return MAX_RETRY_AFTER_MS
+    return max(1, math.ceil(wait))
