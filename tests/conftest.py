@@ -23,7 +23,8 @@ PG_USER = os.environ.get("FLEETHQ_TEST_PG_USER", "postgres")
 REDIS_URL = os.environ.get("FLEETHQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 
 TABLES = ("attempts", "jobs", "project_dispatch", "projects", "machine_tokens", "users",
-          "job_counts", "attempt_totals")
+          "job_counts", "attempt_totals", "fleet_nodes", "enrollment_credentials", "token_workers",
+          "uploads", "spool_usage", "assets", "outbox", "hook_consumers", "hook_deliveries")
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ class Principal:
     user_id: str | None
     roles: frozenset
     node_id: str | None = None
+    node_status: str | None = None
 
     def has(self, *roles: str) -> bool:
         return any(role in self.roles for role in roles)

@@ -1,5 +1,11 @@
-"""Bearer-token authentication and the client-version gate for API views."""
+"""Bearer-token authentication and the client-version gate for API views.
+
+Two kinds of bearer: user machine tokens (``fhq_``) and enrolled-node secrets
+(``fhqn_``). A browser session cookie is never accepted here.
+"""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from flask import current_app, g, request
 from sqlalchemy import text
@@ -8,11 +14,23 @@ from app.accounts import service as accounts
 from app.accounts.service import Principal
 from app.errors import InvalidToken, PermissionDenied, UpgradeRequired
 from app.extensions import db
+from app.fleet import service as fleet
 from app.projects import service as projects
+from app.projects.leasing import Worker
 from workers.protocol import CLIENT_VERSION_HEADER, CLIENT_VERSION_HEADER_ALIAS
 
 
-def _bearer() -> str:
+@dataclass(frozen=True)
+class WorkerCall:
+    """An authenticated worker call on a project's job routes."""
+    principal: Principal
+    project: "projects.ProjectView"
+    worker: Worker
+    status: str                 # node or token-worker status: active, draining, pending…
+    heartbeat_age_s: float | None
+
+
+def bearer() -> str:
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -21,42 +39,93 @@ def _bearer() -> str:
 
 
 def principal() -> Principal:
-    """The caller, from ``Authorization: Bearer``; a browser cookie is never enough."""
+    """The caller, from ``Authorization: Bearer``."""
     cached = getattr(g, "principal", None)
     if cached is not None:
         return cached
-    g.principal = accounts.authenticate(_bearer())
+    token = bearer()
+    if token.startswith(fleet.NODE_SECRET_PREFIX):
+        node = fleet.authenticate_node(token)
+        g.principal = Principal(user_id=None, roles=frozenset({"worker"}), node_id=node.id,
+                                node_status=node.status)
+    else:
+        g.principal = accounts.authenticate(token)
     return g.principal
 
 
-def worker_and_project(project_id: str) -> tuple[Principal, "projects.ProjectView"]:
-    """Authenticate a worker call and load its project in one round trip.
+_NODE_CALL = f"""
+SELECT n.id, n.status, n.secret_hash,
+       extract(epoch FROM now() - n.last_heartbeat_at), {projects.VIEW_COLUMNS}
+FROM fleet_nodes n LEFT JOIN projects p ON p.id = :p
+WHERE n.secret_hash = :h
+"""
+
+_TOKEN_CALL = f"""
+SELECT {accounts.TOKEN_LOOKUP_COLUMNS}, tw.status,
+       extract(epoch FROM now() - tw.last_heartbeat_at), {projects.VIEW_COLUMNS}
+FROM {accounts.TOKEN_LOOKUP_FROM}
+LEFT JOIN projects p ON p.id = :p
+LEFT JOIN token_workers tw ON tw.user_id = u.id AND tw.worker_id = :w
+WHERE t.token_hash = :h
+"""
+
+
+def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
+    """Authenticate a worker call, load its project and the worker's standing
+    in one round trip.
 
     Raises:
-        InvalidToken, PermissionDenied, NotFound.
+        InvalidToken, PermissionDenied (wrong role, pending node, revoked
+        token worker, node using another worker id), NotFound.
     """
-    bearer = _bearer()
-    if not accounts.well_formed(bearer):
-        raise InvalidToken("invalid machine token")
-    row = db.session.execute(text(
-        f"SELECT {accounts.TOKEN_LOOKUP_COLUMNS}, {projects.VIEW_COLUMNS} "
-        f"FROM {accounts.TOKEN_LOOKUP_FROM} LEFT JOIN projects p ON p.id = :p "
-        "WHERE t.token_hash = :h"),
-        {"p": project_id, "h": accounts.tokens.digest(bearer)}).first()
-    who = accounts.authenticate(bearer, row=row)
+    token = bearer()
+    digest = accounts.tokens.digest(token)
+    if token.startswith(fleet.NODE_SECRET_PREFIX):
+        row = db.session.execute(text(_NODE_CALL), {"p": project_id, "h": digest}).first()
+        if row is None or not accounts.tokens.matches(token, row[2]) or row[1] in ("rejected", "revoked"):
+            raise InvalidToken("invalid node secret")
+        who = Principal(user_id=None, roles=frozenset({"worker"}), node_id=row[0], node_status=row[1])
+        if row[1] == "pending":
+            raise PermissionDenied("node is waiting for approval")
+        if worker_id is not None and worker_id != row[0]:
+            raise PermissionDenied("a node's worker_id is its node id")
+        status, age, project_row = row[1], row[3], row[4:]
+        worker = Worker(worker_id=row[0], owner=None)
+    else:
+        if not accounts.well_formed(token):
+            raise InvalidToken("invalid machine token")
+        row = db.session.execute(text(_TOKEN_CALL), {"p": project_id, "h": digest, "w": worker_id}).first()
+        who = accounts.authenticate(token, row=row[:4] if row is not None else None)
+        if not who.has("worker"):
+            raise PermissionDenied("requires role worker")
+        status = row[4] or "active"
+        if status == "revoked":
+            raise PermissionDenied("this worker id was revoked")
+        age, project_row = row[5], row[6:]
+        worker = Worker(worker_id=worker_id, owner=who.user_id)
     g.principal = who
-    if not who.has("worker"):
-        raise PermissionDenied("requires role worker")
-    project = projects.view_from_row(row[4:])
+    project = projects.view_from_row(project_row)
     if project is None:
         raise projects.not_found(project_id)
-    return who, project
+    return WorkerCall(who, project, worker, status, None if age is None else float(age))
 
 
 def require(*roles: str) -> Principal:
     who = principal()
     if not who.has(*roles):
         raise PermissionDenied(f"requires role {' or '.join(roles)}")
+    return who
+
+
+def require_worker() -> Principal:
+    """Any worker identity: an active/draining node or a user with role worker."""
+    who = principal()
+    if who.node_id is not None:
+        if who.node_status == "pending":
+            raise PermissionDenied("node is waiting for approval")
+        return who
+    if not who.has("worker"):
+        raise PermissionDenied("requires role worker")
     return who
 
 

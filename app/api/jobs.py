@@ -11,11 +11,12 @@ from flask import current_app, jsonify
 
 from app.api import bp
 from app.api import validate as v
-from app.api.auth import body_limit, check_client_version, principal, worker_and_project
+from app.api.auth import bearer, body_limit, check_client_version, principal, worker_call
+from app.errors import Conflict
 from app.extensions import db
+from app.fleet import service as fleet
 from app.projects import leasing, service, wakeups
-from app.projects.leasing import Worker
-from workers.protocol import JOB_TYPES
+from workers.protocol import JOB_TYPES, is_identifier
 
 FAILURE_CODE = v.string(64, min_bytes=1)
 
@@ -82,12 +83,15 @@ def _checksum_ok(receipts) -> None:
 
 
 def _worker_call(project_id: str, schema: dict):
-    """Common prologue: auth, bounded body, project, version gate, schema."""
-    who, project = worker_and_project(project_id)
+    """Common prologue: bearer present, bounded body, then identity + project +
+    worker standing in one query, version gate, schema."""
+    bearer()
     raw = v.json_body(body_limit("worker"))
-    check_client_version(project)
+    worker_id = raw.get("worker_id")
+    call = worker_call(project_id, worker_id if is_identifier(worker_id) else None)
+    check_client_version(call.project)
     body = v.check(raw, schema)
-    return Worker(worker_id=body["worker_id"], owner=who.user_id), project, body
+    return call, body
 
 
 @bp.get("/whoami")
@@ -100,14 +104,24 @@ def whoami():
 
 @bp.get("/projects/<project_id>")
 def project_policy(project_id):
-    _, project = worker_and_project(project_id)
+    project = worker_call(project_id, None).project
     check_client_version(project)
     return jsonify(service.worker_policy(project, current_app.config["POLICY_REFRESH_MS"]))
 
 
 @bp.post("/projects/<project_id>/jobs/claim")
 def claim(project_id):
-    worker, project, body = _worker_call(project_id, CLAIM)
+    call, body = _worker_call(project_id, CLAIM)
+    worker, project = call.worker, call.project
+    if worker.owner is not None:
+        fleet.note_token_worker(worker.owner, worker.worker_id)
+    if call.status == "draining":  # finishes its work, gets no more
+        return jsonify(project_id=project_id, jobs=[], retry_after_ms=0,
+                       policy_version=project.policy_version)
+    if project.kind == "pdf" and (call.heartbeat_age_s is None
+                                  or call.heartbeat_age_s > current_app.config["NODE_LEASE_S"]):
+        raise Conflict("pdf projects need a fresh heartbeat before claiming "
+                       "(POST /api/v1/fleet/heartbeat)", code="invalid_transition")
     accept = tuple(body.get("accept_types", JOB_TYPES))
     wait_s = body.get("wait_ms", 0) / 1000.0
     deadline = time.monotonic() + wait_s
@@ -131,7 +145,8 @@ def claim(project_id):
 
 @bp.post("/projects/<project_id>/jobs/complete")
 def complete(project_id):
-    worker, project, body = _worker_call(project_id, COMPLETE)
+    call, body = _worker_call(project_id, COMPLETE)
+    worker, project = call.worker, call.project
     for item in body["items"]:
         _checksum_ok(item.get("artifact_receipts"))
     results = leasing.complete(project, worker, body["items"])
@@ -140,13 +155,15 @@ def complete(project_id):
 
 @bp.post("/projects/<project_id>/jobs/fail")
 def fail(project_id):
-    worker, project, body = _worker_call(project_id, FAIL)
+    call, body = _worker_call(project_id, FAIL)
+    worker, project = call.worker, call.project
     results = leasing.fail(project, worker, body["items"])
     return jsonify(results=results)
 
 
 @bp.post("/projects/<project_id>/jobs/extend-lease")
 def extend_lease(project_id):
-    worker, project, body = _worker_call(project_id, EXTEND)
+    call, body = _worker_call(project_id, EXTEND)
+    worker, project = call.worker, call.project
     results = leasing.extend(project, worker, body["items"], body["extend_seconds"])
     return jsonify(results=results)

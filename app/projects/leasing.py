@@ -200,10 +200,14 @@ def claim(project: Project, worker: Worker, *, max_jobs: int, lease_seconds: int
 
 
 def next_claimable_in(project_id: str) -> float | None:
-    """Seconds until a todo job held back by ``not_before`` becomes claimable."""
-    delay = db.session.execute(text(
-        "SELECT extract(epoch FROM min(not_before) - now()) FROM jobs "
-        "WHERE project_id = :p AND state = 'todo' AND not_before > now()"), {"p": project_id}).scalar()
+    """Seconds until a job may become claimable without any notification:
+    the end of the earliest retry backoff, or the earliest lease expiry."""
+    delay = db.session.execute(text("""
+        SELECT extract(epoch FROM LEAST(
+            (SELECT min(not_before) FROM jobs
+             WHERE project_id = :p AND state = 'todo' AND not_before > now()),
+            (SELECT min(lease_expires_at) FROM jobs WHERE project_id = :p AND state = 'wip')
+        ) - now())"""), {"p": project_id}).scalar()
     return None if delay is None else max(0.0, float(delay))
 
 

@@ -1,0 +1,1 @@
+"""Enrolled nodes, token workers, enrollment credentials and heartbeats."""

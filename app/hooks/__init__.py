@@ -1,0 +1,1 @@
+"""The outbox and post-archive hooks (webhook consumers and their deliveries)."""

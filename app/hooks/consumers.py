@@ -1,0 +1,83 @@
+"""Per-project webhook consumers: URL, secret, enabled."""
+from __future__ import annotations
+
+import secrets
+from urllib.parse import urlsplit
+
+from sqlalchemy import text
+
+from app.errors import InvalidRequest, NotFound
+from app.extensions import db
+
+
+def _check_url(url) -> str:
+    if not isinstance(url, str) or len(url) > 2048:
+        raise InvalidRequest("url must be a string of at most 2048 characters", details={"field": "url"})
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidRequest("url must be an http(s) URL", details={"field": "url"})
+    return url
+
+
+def _dict(row, secret: str | None = None) -> dict:
+    out = {"consumer_id": str(row["id"]), "project_id": row["project_id"], "name": row["name"],
+           "url": row["url"], "enabled": row["enabled"], "created_at": int(row["created_at"].timestamp())}
+    if secret is not None:
+        out["secret"] = secret  # shown once, at creation
+    return out
+
+
+_COLUMNS = "id, project_id, name, url, enabled, created_at"
+
+
+def create(project_id: str, name: str, url: str, secret: str | None = None, enabled: bool = True) -> dict:
+    if not isinstance(name, str) or not 1 <= len(name) <= 128:
+        raise InvalidRequest("name must be 1..128 characters", details={"field": "name"})
+    secret = secret or secrets.token_urlsafe(32)
+    if not isinstance(secret, str) or not 16 <= len(secret) <= 256:
+        raise InvalidRequest("secret must be 16..256 characters", details={"field": "secret"})
+    row = db.session.execute(text(
+        f"INSERT INTO hook_consumers (project_id, name, url, secret, enabled) "
+        f"VALUES (:p, :n, :u, :s, :e) RETURNING {_COLUMNS}"),
+        {"p": project_id, "n": name, "u": _check_url(url), "s": secret, "e": bool(enabled)}).mappings().one()
+    db.session.commit()
+    return _dict(row, secret)
+
+
+def list_for(project_id: str) -> list[dict]:
+    rows = db.session.execute(text(
+        f"SELECT {_COLUMNS} FROM hook_consumers WHERE project_id = :p ORDER BY id"),
+        {"p": project_id}).mappings().all()
+    return [_dict(r) for r in rows]
+
+
+def update(project_id: str, consumer_id: int, *, url=None, enabled=None, name=None) -> dict:
+    fields, params = [], {"p": project_id, "id": consumer_id}
+    if url is not None:
+        fields.append("url = :u")
+        params["u"] = _check_url(url)
+    if enabled is not None:
+        if not isinstance(enabled, bool):
+            raise InvalidRequest("enabled must be true or false", details={"field": "enabled"})
+        fields.append("enabled = :e")
+        params["e"] = enabled
+    if name is not None:
+        fields.append("name = :n")
+        params["n"] = name
+    if not fields:
+        raise InvalidRequest("nothing to change")
+    row = db.session.execute(text(
+        f"UPDATE hook_consumers SET {', '.join(fields)} WHERE id = :id AND project_id = :p "
+        f"RETURNING {_COLUMNS}"), params).mappings().first()
+    if row is None:
+        raise NotFound("no such consumer")
+    db.session.commit()
+    return _dict(row)
+
+
+def delete(project_id: str, consumer_id: int) -> None:
+    gone = db.session.execute(text("DELETE FROM hook_consumers WHERE id = :id AND project_id = :p"),
+                              {"id": consumer_id, "p": project_id}).rowcount
+    if not gone:
+        raise NotFound("no such consumer")
+    db.session.commit()

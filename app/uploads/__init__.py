@@ -1,0 +1,1 @@
+"""Uploads of pdf attempts: spool, verification, archive commit, assets, receipts."""

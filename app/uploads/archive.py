@@ -1,0 +1,65 @@
+"""Archive commit (DESIGN §8.6): object store, asset registry, done receipt.
+
+Runs in the ``archive_commit`` actor. The object-store call happens with no
+transaction open; the final state change is one transaction. Any failure
+leaves the upload staged and pushes its outbox row back with backoff, so a
+store outage delays archiving and loses nothing.
+"""
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import text
+
+from app.extensions import db
+from app.hooks import outbox
+from app.storage.base import StorageError, content_key
+from app.uploads import spool as spool_mod
+from app.uploads import transitions
+from workers.canonical import InvalidIdentifier, canonical_key
+
+log = logging.getLogger(__name__)
+
+
+def _canonical(value: str, sha256: str) -> str:
+    try:
+        return canonical_key(value)
+    except InvalidIdentifier:
+        return f"sha256:{sha256}"  # a value we cannot classify is keyed by content
+
+
+def commit(attempt_id: int, store) -> str:
+    """Archive one staged upload. Returns ``done``, ``retry`` or ``skip``."""
+    row = db.session.execute(text(
+        "SELECT u.sha256, u.size, u.spool_file, u.project_id, u.job_id, j.value "
+        "FROM uploads u JOIN jobs j ON j.id = u.job_id "
+        "WHERE u.attempt_id = :a AND u.state = 'staged'"), {"a": attempt_id}).first()
+    db.session.commit()  # nothing may stay open across the object-store call
+    if row is None:
+        outbox.done("archive_commit", attempt_id)
+        db.session.commit()
+        return "skip"
+    sha256, size, spool_file, project_id, job_id, value = row
+    object_key = content_key(sha256)
+    try:
+        store.put_file(object_key, spool_file, sha256_hex=sha256, size=size)
+    except (StorageError, OSError) as exc:
+        tries = outbox.retry_later("archive_commit", attempt_id, f"{exc.__class__.__name__}: {exc}")
+        db.session.execute(text("UPDATE uploads SET commit_tries = commit_tries + 1, updated_at = now() "
+                                "WHERE attempt_id = :a"), {"a": attempt_id})
+        db.session.commit()
+        log.warning("archive of attempt %s failed (try %s): %s", attempt_id, tries, exc)
+        return "retry"
+    # An existing asset keeps its own hash and size: the first archived copy wins.
+    db.session.execute(text(
+        "INSERT INTO assets (canonical_key, sha256, size, object_key, project_id, job_id, attempt_id) "
+        "VALUES (:k, :sha, :size, :obj, :p, :j, :a) ON CONFLICT (canonical_key) DO NOTHING"),
+        {"k": _canonical(value, sha256), "sha": sha256, "size": size, "obj": object_key,
+         "p": project_id, "j": job_id, "a": attempt_id})
+    db.session.execute(text("UPDATE uploads SET canonical_key = :k WHERE attempt_id = :a"),
+                       {"k": _canonical(value, sha256), "a": attempt_id})
+    transitions.complete(attempt_id, object_key)  # done receipt + hooks; commits
+    outbox.done("archive_commit", attempt_id)
+    db.session.commit()
+    spool_mod.remove_quietly(spool_file)
+    return "done"

@@ -1,0 +1,154 @@
+"""Receive one upload (DESIGN §8 steps 1–5): admit, reserve, stream, verify, stage.
+
+The body is streamed into the spool in 1 MiB chunks while hashing; nothing
+holds the PDF in memory. No database connection is held while bytes flow:
+admission commits before streaming starts, staging opens a new transaction.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass
+
+from app.errors import FleetError, InvalidRequest, TooLarge
+from app.uploads import spool as spool_mod
+from app.uploads import transitions
+from workers import pdfcheck
+
+_SHA256 = re.compile(r"\A[0-9a-f]{64}\Z")
+CHUNK = 1024 * 1024
+MAX_RESULT_BYTES = 16 * 1024
+
+
+class InvalidUpload(FleetError):
+    status, code = 422, "invalid_upload"
+
+
+class VerificationUnavailable(FleetError):
+    status, code, retryable = 503, "storage_unavailable", True
+
+
+class StaleUpload(FleetError):
+    status, code = 409, "stale_attempt"
+
+
+@dataclass(frozen=True)
+class UploadHeaders:
+    sha256: str
+    size: int
+    source_url: str | None
+    download_strategy: str | None
+    download_result: dict | None
+
+
+def parse_headers(headers, content_length: int | None, *, min_bytes: int, max_bytes: int) -> UploadHeaders:
+    """Everything that can be refused before a byte of the body is read."""
+    sha = (headers.get("X-PDF-SHA256") or "").lower()
+    if not _SHA256.match(sha):
+        raise InvalidRequest("X-PDF-SHA256 must be 64 hex digits", details={"field": "X-PDF-SHA256"})
+    raw_size = headers.get("X-PDF-Size") or ""
+    if not (raw_size.isascii() and raw_size.isdigit()) or len(raw_size) > 15:
+        raise InvalidRequest("X-PDF-Size must be a decimal byte count", details={"field": "X-PDF-Size"})
+    size = int(raw_size)
+    if size > max_bytes or (content_length is not None and content_length > max_bytes):
+        raise TooLarge(f"uploads are limited to {max_bytes} bytes", details={"limit": max_bytes})
+    if content_length is None or content_length != size:
+        raise InvalidRequest("Content-Length must be present and equal X-PDF-Size",
+                             details={"field": "Content-Length"})
+    if size < min_bytes:
+        raise InvalidUpload(f"a PDF must be at least {min_bytes} bytes", details={"reason": "too_small"})
+    result = None
+    if headers.get("X-Download-Result"):
+        encoded = headers["X-Download-Result"]
+        try:
+            decoded = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+            if len(decoded) > MAX_RESULT_BYTES:
+                raise ValueError("too long")
+            result = json.loads(decoded)
+            if not isinstance(result, dict):
+                raise ValueError("not an object")
+        except (binascii.Error, ValueError, UnicodeDecodeError):
+            raise InvalidRequest("X-Download-Result must be base64url JSON object of at most 16 KiB",
+                                 details={"field": "X-Download-Result"}) from None
+    source = headers.get("X-Source-URL")
+    strategy = headers.get("X-Download-Strategy")
+    for name, value in (("X-Source-URL", source), ("X-Download-Strategy", strategy)):
+        if value is not None and len(value) > 4096:
+            raise InvalidRequest(f"{name} is too long", details={"field": name})
+    return UploadHeaders(sha, size, source, strategy, result)
+
+
+def _stream_to(fd: int, stream, size: int, deadline: float, sock) -> str:
+    """Copy exactly ``size`` bytes from ``stream`` to ``fd``; returns the SHA-256.
+
+    Raises:
+        TimeoutError: the upload budget ran out.
+        ConnectionError: the client went away early.
+    """
+    digest = hashlib.sha256()
+    left = size
+    while left > 0:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("upload budget exhausted")
+        if sock is not None:
+            sock.settimeout(min(remaining, 60.0))
+        try:
+            chunk = stream.read(min(CHUNK, left))
+        except (socket.timeout, TimeoutError):
+            raise TimeoutError("upload budget exhausted") from None
+        if not chunk:
+            raise ConnectionError("client closed the upload early")
+        digest.update(chunk)
+        os.write(fd, chunk)
+        left -= len(chunk)
+    return digest.hexdigest()
+
+
+def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *,
+            min_bytes: int, max_bytes: int, parse_limits: pdfcheck.ParseLimits) -> tuple[int, dict]:
+    """Run the upload pipeline. Returns (HTTP status, receipt-like state)."""
+    admission = transitions.admit(attempt_id, worker, meta.sha256, meta.size, spool)
+    if admission.action == "receipt":
+        return (200 if admission.state == "done" else 202), {"state": admission.state}
+    deadline = time.monotonic() + admission.deadline_s
+    part, fd = spool.create_exclusive(attempt_id, admission.generation)
+    try:
+        try:
+            digest = _stream_to(fd, stream, meta.size, deadline, sock)
+        finally:
+            os.close(fd)
+    except (TimeoutError, ConnectionError, OSError) as exc:
+        spool_mod.remove_quietly(part)
+        # The attempt stays uploading: a retry gets a new generation.
+        err = InvalidRequest(f"upload interrupted: {exc}")
+        err.retryable = True
+        raise err from None
+    try:
+        if digest != meta.sha256:
+            raise pdfcheck.PdfRejected("hash_mismatch", "SHA-256 of the body differs from X-PDF-SHA256")
+        pdfcheck.check_pdf_file(part, min_bytes=min_bytes, max_bytes=max_bytes,
+                                expected_size=meta.size, limits=parse_limits)
+    except pdfcheck.PdfCheckError as exc:
+        spool_mod.remove_quietly(part)
+        raise VerificationUnavailable(f"could not verify the upload: {exc}",
+                                      retry_after_ms=5000) from None
+    except pdfcheck.PdfRejected as exc:
+        spool_mod.remove_quietly(part)
+        transitions.reject(attempt_id, admission.generation,
+                           {"code": "invalid_pdf", "message": str(exc), "reason": exc.reason})
+        raise InvalidUpload(str(exc), details={"reason": exc.reason}) from None
+    final = spool.seal(part, attempt_id, admission.generation)
+    staged = transitions.stage(attempt_id, admission.generation, final, {
+        "source_url": meta.source_url, "download_strategy": meta.download_strategy,
+        "download_result": meta.download_result})
+    if not staged:
+        spool_mod.remove_quietly(final)
+        raise StaleUpload("a newer upload of this attempt, or a change of the attempt, won")
+    return 202, {"state": "staged"}

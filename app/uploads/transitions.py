@@ -1,0 +1,317 @@
+"""The only writer of upload-related job, attempt and upload states.
+
+Admission, staging, rejection, archive completion, cancellation and staged
+expiry. Each transition locks the job row, then moves rows with guarded
+``UPDATE``s whose row counts decide; the spool reservation of an upload is
+released in the same transaction that takes the upload out of a live state,
+so quota is freed exactly once.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from sqlalchemy import text
+
+from app.errors import Conflict
+from app.extensions import db
+from app.projects import wakeups
+from app.projects.leasing import Worker
+from app.uploads import spool as spool_mod
+
+LIVE = ("uploading", "staged")
+
+
+class UploadMismatch(Conflict):
+    code = "stale_attempt"
+
+
+@dataclass
+class Admission:
+    """What the upload route should do next."""
+    action: str               # "stream" | "receipt"
+    attempt_id: int
+    job_id: int
+    generation: int = 0
+    deadline_s: float = 0.0   # seconds left in the upload budget
+    state: str | None = None  # receipt state when action == "receipt"
+
+
+def receipt_key(attempt_id: int) -> str:
+    return f"r{attempt_id}"
+
+
+def _notify_receipt(attempt_id: int) -> None:
+    wakeups.notify(receipt_key(attempt_id))
+
+
+def _lock(attempt_id: int):
+    """The attempt with its job row locked, or None."""
+    return db.session.execute(text("""
+        SELECT a.id, a.job_id, a.project_id, a.worker_id, a.worker_owner, a.state,
+               a.lease_expires_at > now() AS lease_live,
+               (a.deadline_at IS NULL OR a.deadline_at > now()) AS attempt_in_time,
+               j.state AS job_state, j.current_attempt_id,
+               (j.deadline_at IS NULL OR j.deadline_at > now()) AS job_in_time,
+               p.kind, p.upload_timeout_seconds,
+               extract(epoch FROM j.deadline_at - now()) AS job_left_s
+        FROM attempts a JOIN jobs j ON j.id = a.job_id JOIN projects p ON p.id = a.project_id
+        WHERE a.id = :a FOR UPDATE OF j"""), {"a": attempt_id}).mappings().first()
+
+
+def admit(attempt_id: int, worker: Worker, sha256: str, size: int, spool) -> Admission:
+    """Admit an upload (DESIGN §8.1–2) and reserve its spool quota. Commits.
+
+    Raises:
+        NotFound-like Conflict ``stale_attempt`` for attempts the caller does
+        not own or that can no longer upload; ``UploadMismatch`` for a
+        different SHA-256/size than an earlier upload of the same attempt;
+        ``SpoolFull`` when the quota is exhausted.
+    """
+    row = _lock(attempt_id)
+    if row is None or row["worker_id"] != worker.worker_id or row["worker_owner"] != worker.owner:
+        db.session.rollback()
+        raise Conflict("no such attempt for this worker", code="stale_attempt")
+    if row["kind"] != "pdf":
+        db.session.rollback()
+        raise Conflict("uploads are for pdf projects", code="invalid_transition")
+    upload = db.session.execute(text(
+        "SELECT state, sha256, size, generation, extract(epoch FROM upload_deadline_at - now()) "
+        "FROM uploads WHERE attempt_id = :a"), {"a": attempt_id}).first()
+    same = upload is not None and upload[1] == sha256 and upload[2] == size
+    if upload is not None and not same and upload[0] in ("uploading", "staged", "done"):
+        db.session.rollback()
+        raise UploadMismatch("a different file was already uploaded for this attempt",
+                             details={"sha256": upload[1], "size": upload[2]})
+    if upload is not None and same and upload[0] in ("staged", "done"):
+        db.session.rollback()
+        return Admission("receipt", attempt_id, row["job_id"], upload[3], state=upload[0])
+
+    if upload is not None and same and upload[0] == "uploading" and row["state"] == "uploading":
+        generation = db.session.execute(text(
+            "UPDATE uploads SET generation = generation + 1, updated_at = now() "
+            "WHERE attempt_id = :a AND state = 'uploading' RETURNING generation"),
+            {"a": attempt_id}).scalar()
+        db.session.commit()
+        return Admission("stream", attempt_id, row["job_id"], generation, max(0.0, float(upload[4])))
+
+    budget = float(row["upload_timeout_seconds"])
+    if row["job_left_s"] is not None:
+        budget = min(budget, float(row["job_left_s"]))
+    ordinary = (row["state"] == "running" and row["current_attempt_id"] == attempt_id
+                and row["job_state"] == "wip" and row["lease_live"] and row["job_in_time"])
+    late = (row["state"] in ("running", "expired") and not row["lease_live"]
+            and row["job_state"] not in ("staged", "done") and row["job_in_time"])
+    if late:
+        _make_current_again(row)  # the download is finished: never throw it away
+    elif not ordinary:
+        db.session.rollback()
+        raise Conflict(f"attempt is {row['state']} and cannot upload", code="stale_attempt",
+                       details={"attempt_state": row["state"], "job_state": row["job_state"]})
+    if budget <= 0:
+        db.session.rollback()
+        raise Conflict("the task deadline has passed", code="stale_attempt")
+
+    spool_mod.reserve(spool, size)
+    moved = db.session.execute(text(
+        "UPDATE attempts SET state = 'uploading', lease_expires_at = now() + make_interval(secs => :b) "
+        "WHERE id = :a AND state IN ('running', 'expired')"), {"a": attempt_id, "b": budget}).rowcount
+    db.session.execute(text(
+        "UPDATE jobs SET lease_expires_at = GREATEST(lease_expires_at, now() + make_interval(secs => :b)), "
+        "updated_at = now() WHERE id = :j AND current_attempt_id = :a AND state = 'wip'"),
+        {"j": row["job_id"], "a": attempt_id, "b": budget})
+    if not moved:
+        db.session.rollback()
+        raise Conflict("attempt changed while admitting the upload", code="stale_attempt")
+    db.session.execute(text("""
+        INSERT INTO uploads (attempt_id, job_id, project_id, worker_id, worker_owner, state, sha256,
+                             size, generation, reserved_bytes, upload_deadline_at)
+        VALUES (:a, :j, :p, :w, :o, 'uploading', :sha, :size, 1, :size,
+                now() + make_interval(secs => :b))
+        ON CONFLICT (attempt_id) DO UPDATE SET state = 'uploading', sha256 = EXCLUDED.sha256,
+            size = EXCLUDED.size, generation = uploads.generation + 1,
+            reserved_bytes = EXCLUDED.reserved_bytes, upload_deadline_at = EXCLUDED.upload_deadline_at,
+            error = NULL, updated_at = now()
+        """), {"a": attempt_id, "j": row["job_id"], "p": row["project_id"], "w": worker.worker_id,
+               "o": worker.owner, "sha": sha256, "size": size, "b": budget})
+    generation = db.session.execute(text("SELECT generation FROM uploads WHERE attempt_id = :a"),
+                                    {"a": attempt_id}).scalar()
+    db.session.commit()
+    return Admission("stream", attempt_id, row["job_id"], generation, budget)
+
+
+def _make_current_again(row) -> None:
+    """A late upload wins the job back: newer running attempts are cancelled."""
+    newer = db.session.execute(text(
+        "UPDATE attempts SET state = 'cancelled', finished_at = now() "
+        "WHERE job_id = :j AND id <> :a AND state IN ('running', 'uploading') RETURNING id"),
+        {"j": row["job_id"], "a": row["id"]}).scalars().all()
+    db.session.execute(text(
+        "UPDATE jobs SET state = 'wip', current_attempt_id = :a, worker_id = a.worker_id, "
+        "worker_owner = a.worker_owner, lease_expires_at = now(), updated_at = now() "
+        "FROM attempts a WHERE a.id = :a AND jobs.id = :j AND jobs.state NOT IN ('staged', 'done')"),
+        {"a": row["id"], "j": row["job_id"]})
+    for attempt_id in newer:
+        _fail_live_upload(attempt_id, {"code": "cancelled", "message": "superseded by a late upload"})
+
+
+def stage(attempt_id: int, generation: int, spool_file: str, meta: dict) -> bool:
+    """Mark a verified, durable upload as staged and ask for its archive commit.
+
+    Guarded by generation: an abandoned transfer whose newer generation
+    exists cannot stage. Commits. Returns False when the guard failed.
+    """
+    staged = db.session.execute(text(
+        "UPDATE uploads SET state = 'staged', spool_file = :f, staged_at = now(), updated_at = now(), "
+        "source_url = :src, download_strategy = :strategy, download_result = CAST(:result AS jsonb) "
+        "WHERE attempt_id = :a AND generation = :g AND state = 'uploading' RETURNING job_id"),
+        {"a": attempt_id, "g": generation, "f": spool_file, "src": meta.get("source_url"),
+         "strategy": meta.get("download_strategy"),
+         "result": json.dumps(meta["download_result"]) if meta.get("download_result") is not None
+         else None}).first()
+    if staged is None:
+        db.session.rollback()
+        return False
+    attempt = db.session.execute(text(
+        "UPDATE attempts SET state = 'staged' WHERE id = :a AND state = 'uploading'"),
+        {"a": attempt_id}).rowcount
+    job = db.session.execute(text(
+        "UPDATE jobs SET state = 'staged', lease_expires_at = NULL, updated_at = now() "
+        "WHERE id = :j AND current_attempt_id = :a AND state = 'wip'"),
+        {"j": staged[0], "a": attempt_id}).rowcount
+    if not (attempt and job):
+        db.session.rollback()
+        return False
+    from app.hooks import outbox
+    outbox.add("archive_commit", attempt_id)
+    _notify_receipt(attempt_id)
+    db.session.commit()
+    return True
+
+
+def _fail_live_upload(attempt_id: int, error: dict) -> None:
+    freed = db.session.execute(text(
+        "UPDATE uploads SET state = 'failed', error = CAST(:e AS jsonb), updated_at = now() "
+        "WHERE attempt_id = :a AND state IN ('uploading', 'staged') RETURNING reserved_bytes"),
+        {"a": attempt_id, "e": json.dumps(error)}).scalar()
+    if freed is not None:
+        spool_mod.release(freed)
+        _notify_receipt(attempt_id)
+
+
+def reject(attempt_id: int, generation: int, error: dict) -> None:
+    """A permanent problem with the uploaded file (422): the attempt fails
+    retryably so another try may fetch a good copy. Commits."""
+    still = db.session.execute(text(
+        "SELECT 1 FROM uploads WHERE attempt_id = :a AND generation = :g AND state = 'uploading'"),
+        {"a": attempt_id, "g": generation}).first()
+    if still is None:
+        db.session.rollback()
+        return  # a newer generation owns the attempt now
+    _fail_live_upload(attempt_id, error)
+    moved = db.session.execute(text("""
+        WITH att AS (
+            UPDATE attempts SET state = 'failed', finished_at = now(),
+                error = jsonb_build_object('retryable', true, 'error', CAST(:e AS jsonb))
+            WHERE id = :a AND state = 'uploading' RETURNING job_id
+        )
+        UPDATE jobs j SET
+            state = CASE WHEN j.deadline_at IS NOT NULL AND j.deadline_at <= now() THEN 'failed'
+                         WHEN j.resets >= p.max_resets THEN 'reset_exhausted' ELSE 'todo' END,
+            resets = j.resets + 1, lease_expires_at = NULL, last_error = CAST(:e AS jsonb),
+            not_before = now() + make_interval(secs => LEAST(3600.0,
+                p.retry_backoff_seconds * power(2.0, LEAST(j.resets, 20))) * (0.5 + random() * 0.5)),
+            updated_at = now()
+        FROM att, projects p
+        WHERE j.id = att.job_id AND j.current_attempt_id = :a AND j.state = 'wip' AND p.id = j.project_id
+        RETURNING j.project_id, j.state"""), {"a": attempt_id, "e": json.dumps(error)}).first()
+    if moved is not None and moved[1] == "todo":
+        wakeups.notify(moved[0])
+    db.session.commit()
+
+
+def complete(attempt_id: int, asset_key: str) -> bool:
+    """Archive committed: upload, attempt and job become done, hooks are queued,
+    the reservation is released. Commits. Returns False if already done."""
+    row = db.session.execute(text(
+        "UPDATE uploads SET state = 'done', asset_key = :k, done_at = now(), updated_at = now() "
+        "WHERE attempt_id = :a AND state = 'staged' RETURNING reserved_bytes, job_id, project_id"),
+        {"a": attempt_id, "k": asset_key}).first()
+    if row is None:
+        db.session.rollback()
+        return False
+    spool_mod.release(row[0])
+    db.session.execute(text(
+        "UPDATE attempts SET state = 'done', finished_at = now(), "
+        "outcome = jsonb_build_object('asset_key', CAST(:k AS text)) WHERE id = :a AND state = 'staged'"),
+        {"a": attempt_id, "k": asset_key})
+    db.session.execute(text(
+        "UPDATE jobs SET state = 'done', updated_at = now() "
+        "WHERE id = :j AND current_attempt_id = :a AND state = 'staged'"), {"j": row[1], "a": attempt_id})
+    from app.hooks import deliveries
+    deliveries.queue_for_asset(row[2], attempt_id, asset_key)
+    _notify_receipt(attempt_id)
+    db.session.commit()
+    return True
+
+
+def cancel_worker_attempts(worker_id: str, owner: str | None) -> int:
+    """Revocation: running and uploading attempts of the worker are cancelled
+    and their jobs go back to the queue; staged uploads still finish. The
+    caller commits."""
+    rows = db.session.execute(text("""
+        WITH att AS (
+            UPDATE attempts SET state = 'cancelled', finished_at = now()
+            WHERE worker_id = :w AND worker_owner IS NOT DISTINCT FROM :o
+              AND state IN ('running', 'uploading')
+            RETURNING id, job_id
+        )
+        UPDATE jobs j SET state = 'todo', lease_expires_at = NULL, not_before = now(), updated_at = now(),
+            last_error = jsonb_build_object('code', 'cancelled', 'message', 'worker revoked')
+        FROM att WHERE j.id = att.job_id AND j.current_attempt_id = att.id AND j.state = 'wip'
+        RETURNING j.project_id, att.id"""), {"w": worker_id, "o": owner}).all()
+    for project_id, attempt_id in rows:
+        _fail_live_upload(attempt_id, {"code": "cancelled", "message": "worker revoked"})
+        wakeups.notify(project_id)
+    return len(rows)
+
+
+def expire_abandoned(limit: int = 500) -> int:
+    """Uploads whose attempt is no longer uploading (lease ran out, cancelled):
+    mark them expired and free their quota. Commits."""
+    rows = db.session.execute(text("""
+        UPDATE uploads u SET state = 'expired', updated_at = now(),
+            error = jsonb_build_object('code', 'timeout', 'message', 'upload did not finish in time')
+        FROM attempts a
+        WHERE u.attempt_id = a.id AND u.state = 'uploading' AND a.state <> 'uploading'
+          AND u.attempt_id IN (SELECT attempt_id FROM uploads WHERE state = 'uploading' LIMIT :n)
+        RETURNING u.attempt_id, u.reserved_bytes"""), {"n": limit}).all()
+    for attempt_id, reserved in rows:
+        spool_mod.release(reserved)
+        _notify_receipt(attempt_id)
+    db.session.commit()
+    return len(rows)
+
+
+def expire_staged(retention_s: int, limit: int = 500) -> int:
+    """Staged uploads that could not be archived within the retention fail and
+    free their quota; their jobs fail. Commits."""
+    rows = db.session.execute(text("""
+        UPDATE uploads SET state = 'failed', updated_at = now(),
+            error = jsonb_build_object('code', 'storage_unavailable',
+                                       'message', 'not archived within the staged retention')
+        WHERE attempt_id IN (SELECT attempt_id FROM uploads WHERE state = 'staged'
+                             AND staged_at < now() - make_interval(secs => :r) LIMIT :n)
+        RETURNING attempt_id, reserved_bytes, job_id"""), {"r": retention_s, "n": limit}).all()
+    for attempt_id, reserved, job_id in rows:
+        spool_mod.release(reserved)
+        db.session.execute(text(
+            "UPDATE attempts SET state = 'failed', finished_at = now() WHERE id = :a AND state = 'staged'"),
+            {"a": attempt_id})
+        db.session.execute(text(
+            "UPDATE jobs SET state = 'failed', updated_at = now(), last_error = "
+            "jsonb_build_object('code', 'storage_unavailable', 'message', 'archive failed') "
+            "WHERE id = :j AND current_attempt_id = :a AND state = 'staged'"), {"j": job_id, "a": attempt_id})
+        _notify_receipt(attempt_id)
+    db.session.commit()
+    return len(rows)
