@@ -66,3 +66,10 @@ def body(response):
 
 def values(n: int, prefix: str = "v") -> list[dict]:
     return [{"id": f"{prefix}{i}", "value": f"https://example.org/{prefix}/{i}"} for i in range(n)]
+
+
+def latest_revision() -> str:
+    """The newest migration, read from the revision files (named NNNN_*.py)."""
+    import os
+    versions = os.path.join(os.path.dirname(os.path.dirname(__file__)), "migrations", "versions")
+    return max(name.split("_")[0] for name in os.listdir(versions) if name.endswith(".py"))

@@ -2,6 +2,8 @@
 several gunicorn workers (DESIGN §2, app/ops)."""
 from __future__ import annotations
 
+from tests.helpers import latest_revision
+
 import os
 import re
 import signal
@@ -93,7 +95,7 @@ def test_readyz_ok_when_migrated(client):
     response = client.get("/readyz")
     assert response.status_code == 200, response.get_json()
     assert response.get_json()["status"] == "ok"
-    assert response.get_json()["revision"] == ["0001"]
+    assert response.get_json()["revision"] == [latest_revision()]
 
 
 def test_readyz_503_when_database_unreachable():
@@ -113,7 +115,7 @@ def test_readyz_503_when_database_not_migrated(scratch_database):
         assert response.status_code == 503
         assert response.get_json()["reason"] == "database not migrated to this release"
         assert response.get_json()["database"] == []
-        assert response.get_json()["code"] == ["0001"]
+        assert response.get_json()["code"] == [latest_revision()]
     finally:
         dispose(application)
 
