@@ -166,9 +166,67 @@ def revoke_token(user_id):
 @fleet.command("sweep")
 def sweep():
     """Reset expired leases and fail overdue jobs now."""
+    from flask import current_app
+
     from app.projects import counters, leasing
-    _emit(leasing.sweep())
+    from app.uploads import sweeper
+    _emit({**leasing.sweep(), **sweeper.sweep(current_app.config)})
     counters.fold()
+
+
+@fleet.command("enroll")
+@click.option("--valid-minutes", default=15, show_default=True, type=click.IntRange(1, 24 * 60))
+@click.option("--created-by", default="cli")
+def enroll(valid_minutes, created_by):
+    """Create a one-use enrollment credential (printed once)."""
+    from datetime import timedelta
+
+    from app.fleet import service as fleet_service
+    click.echo(fleet_service.create_enrollment(created_by, timedelta(minutes=valid_minutes)))
+
+
+@fleet.command("worker")
+@click.argument("action", type=click.Choice(["approve", "reject", "drain", "enable", "revoke"]))
+@click.argument("worker_id")
+@click.option("--user", "user_id", default=None,
+              help="For a token worker: the user whose machine token it uses.")
+def worker_action(action, worker_id, user_id):
+    """Approve, reject, drain, enable or revoke a node (or a token worker with --user)."""
+    from app.fleet import service as fleet_service
+    try:
+        if user_id:
+            worker = fleet_service.decide_token_worker(user_id, worker_id, action)
+            _emit({"worker_id": worker.worker_id, "user_id": worker.user_id, "status": worker.status})
+        else:
+            node = fleet_service.decide(worker_id, action, actor="cli")
+            _emit({"worker_id": node.id, "name": node.name, "status": node.status})
+    except FleetError as exc:
+        _fail(exc)
+
+
+@fleet.command("workers")
+def list_workers():
+    """Nodes and token workers with capacity, running attempts and heartbeat age."""
+    from flask import current_app
+
+    from app.fleet import listing
+    _emit(listing.workers(current_app.config["WORKER_STALE_S"]))
+
+
+@fleet.command("add-hook")
+@click.argument("project_id")
+@click.option("--name", required=True)
+@click.option("--url", required=True)
+@click.option("--secret", default=None, help="Shared HMAC secret (generated when omitted).")
+def add_hook(project_id, name, url, secret):
+    """Add a webhook consumer to a project (the secret is printed once)."""
+    from app.hooks import consumers
+    from app.projects import service
+    try:
+        service.get(project_id)
+        _emit(consumers.create(project_id, name, url, secret))
+    except FleetError as exc:
+        _fail(exc)
 
 
 def init_app(app) -> None:

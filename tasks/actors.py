@@ -22,3 +22,48 @@ def fold_counters():
     """Collapse the counter delta rows so summaries stay cheap."""
     from app.projects import counters
     counters.fold()
+
+
+def _store():
+    from flask import current_app
+
+    from app.storage import from_config
+    return from_config(current_app.config)
+
+
+@dramatiq.actor(queue_name="archive", max_retries=0, time_limit=15 * 60_000)
+def archive_commit(attempt_id: int):
+    """Archive one staged upload; on failure its outbox row is pushed back."""
+    from app.uploads import archive
+    archive.commit(int(attempt_id), _store())
+
+
+@dramatiq.actor(queue_name="hooks", max_retries=0, time_limit=120_000)
+def deliver_hook(delivery_id: int):
+    """POST one webhook delivery; retries are scheduled through the outbox."""
+    from flask import current_app
+
+    from app.hooks import deliveries
+    from app.uploads import downloads
+    store = _store()
+    deliveries.deliver(int(delivery_id),
+                       lambda key: downloads.url_for(store, current_app.config, key))
+
+
+@dramatiq.actor(queue_name="maintenance", max_retries=0, time_limit=120_000)
+def reconcile():
+    """Re-send every outbox row that is due: Redis messages are only hints."""
+    from app.hooks import outbox
+    for topic, ref in outbox.due():
+        outbox.send_hint(topic, ref)
+
+
+@dramatiq.actor(queue_name="maintenance", max_retries=3, time_limit=300_000)
+def sweep_spool():
+    """Expire abandoned and over-retention uploads and remove orphan spool files."""
+    from flask import current_app
+
+    from app.uploads import sweeper
+    swept = sweeper.sweep(current_app.config)
+    if any(swept.values()):
+        log.info("swept spool: %s", swept)

@@ -18,6 +18,8 @@ SCHEDULE = (
     # (actor, period in seconds)
     (actors.reap_leases, float(os.environ.get("FLEETHQ_REAP_EVERY_S", "5"))),
     (actors.fold_counters, float(os.environ.get("FLEETHQ_FOLD_EVERY_S", "30"))),
+    (actors.reconcile, float(os.environ.get("FLEETHQ_RECONCILE_EVERY_S", "15"))),
+    (actors.sweep_spool, float(os.environ.get("FLEETHQ_SWEEP_SPOOL_EVERY_S", "300"))),
 )
 
 

@@ -131,7 +131,8 @@ def claim(project_id):
         seen = listener.generation(project_id) if listener else 0
         result = leasing.claim(project, worker, max_jobs=body["max_jobs"],
                                lease_seconds=body["lease_seconds"], accept_types=accept,
-                               reap_limit=reap_limit)
+                               reap_limit=reap_limit,
+                               fresh_after_s=current_app.config["NODE_LEASE_S"])
         left = deadline - time.monotonic()
         if result.jobs or left <= 0:
             break

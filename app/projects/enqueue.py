@@ -12,10 +12,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import text
 
-from app.errors import Conflict
+from app.errors import Conflict, InvalidJob
 from app.extensions import db
 from app.projects import service, wakeups
 from app.projects.models import Project
+from workers.canonical import InvalidIdentifier, canonical_key
 from workers.protocol import compact_json, value_digest
 
 _STAGE_DDL = """
@@ -101,6 +102,16 @@ def collapse_duplicates(specs: list[dict], mode: str, offset: int = 0) -> list[t
     return kept
 
 
+def _check_paper_identifiers(specs: list[dict], offset: int) -> None:
+    """pdf jobs must name a paper: a DOI, an arXiv id or an http(s) URL."""
+    for index, spec in enumerate(specs, offset):
+        try:
+            canonical_key(spec["value"])
+        except InvalidIdentifier as exc:
+            raise InvalidJob(f"jobs[{index}]: {exc}",
+                             details={"index": index, "field": "value"}) from None
+
+
 def insert_batch(project: Project, specs: list[dict], *, offset: int = 0) -> EnqueueResult:
     """Insert normalized specs in the open transaction; the caller commits.
 
@@ -108,6 +119,8 @@ def insert_batch(project: Project, specs: list[dict], *, offset: int = 0) -> Enq
         Conflict: ``identity_conflict``; the caller must roll back.
     """
     mode = project.identity_mode
+    if project.kind == "pdf":
+        _check_paper_identifiers(specs, offset)
     kept = collapse_duplicates(specs, mode, offset)
     if not kept:
         return EnqueueResult(len(specs), 0)

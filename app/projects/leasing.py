@@ -62,10 +62,10 @@ class ItemResult:
 # --------------------------------------------------------------------- claim
 
 _CLAIM_SQL = """
-WITH picked AS (
+WITH {fresh_cte} picked AS (
     SELECT id, deadline_at FROM jobs
     WHERE project_id = :p AND state = 'todo' AND not_before <= now()
-      AND (deadline_at IS NULL OR deadline_at > now()) {type_filter}
+      AND (deadline_at IS NULL OR deadline_at > now()) {type_filter} {prefer_filter}
     ORDER BY {order}
     LIMIT :n
     FOR UPDATE SKIP LOCKED
@@ -87,10 +87,33 @@ RETURNING j.id, j.ext_id, j.value, j.type, j.via, j.hops, j.attr, att.id,
 
 _ORDERS = {"fifo": "created_at, id", "random": "random_key, id"}
 
+# prefer_new_worker: workers that could take a retry right now (approved or
+# active token workers with a heartbeat younger than one node lease).
+_FRESH_WORKERS = """fresh AS (
+    SELECT id AS worker_id, NULL::text AS owner FROM fleet_nodes
+    WHERE status = 'active' AND last_heartbeat_at > now() - make_interval(secs => :fresh_s)
+    UNION ALL
+    SELECT worker_id, user_id FROM token_workers
+    WHERE status = 'active' AND last_heartbeat_at > now() - make_interval(secs => :fresh_s)
+),"""
 
-def _claim_sql(order: str, accept_types: tuple[str, ...]) -> str:
+# A retry skips a worker that already tried the job while some other fresh
+# worker has not; with no such worker (say, a lone worker) it may retry.
+_PREFER_NEW = """AND (attempts_count = 0
+      OR NOT EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = jobs.id AND a.worker_id = :w
+                     AND a.worker_owner IS NOT DISTINCT FROM :o)
+      OR NOT EXISTS (SELECT 1 FROM fresh f
+                     WHERE NOT (f.worker_id = :w AND f.owner IS NOT DISTINCT FROM :o)
+                       AND NOT EXISTS (SELECT 1 FROM attempts a2 WHERE a2.job_id = jobs.id
+                                       AND a2.worker_id = f.worker_id
+                                       AND a2.worker_owner IS NOT DISTINCT FROM f.owner)))"""
+
+
+def _claim_sql(order: str, accept_types: tuple[str, ...], prefer_new_worker: bool = False) -> str:
     type_filter = "" if set(accept_types) >= {"seed", "asset"} else "AND type = ANY(:types)"
-    return _CLAIM_SQL.format(order=_ORDERS[order], type_filter=type_filter)
+    return _CLAIM_SQL.format(order=_ORDERS[order], type_filter=type_filter,
+                             fresh_cte=_FRESH_WORKERS if prefer_new_worker else "",
+                             prefer_filter=_PREFER_NEW if prefer_new_worker else "")
 
 
 def _wire_job(row) -> dict:
@@ -150,7 +173,8 @@ def _dispatch_limit(project: Project, worker: Worker, want: int) -> tuple[int, f
 
 
 def claim(project: Project, worker: Worker, *, max_jobs: int, lease_seconds: int,
-          accept_types: tuple[str, ...], reap_limit: int = 64) -> ClaimResult:
+          accept_types: tuple[str, ...], reap_limit: int = 64,
+          fresh_after_s: float = 60.0) -> ClaimResult:
     """Claim up to ``max_jobs`` jobs for ``worker`` in one statement. Commits.
 
     When the queue cannot fill the claim, expired leases of this project are
@@ -183,10 +207,10 @@ def claim(project: Project, worker: Worker, *, max_jobs: int, lease_seconds: int
                 raise RateLimited("project dispatch rate exceeded", retry_after_ms=delay,
                                   details={"dispatch_qps": project.dispatch_qps})
             return ClaimResult([], 0, project.policy_version)
-    sql = text(_claim_sql(project.claim_order, accept_types))
+    sql = text(_claim_sql(project.claim_order, accept_types, project.prefer_new_worker))
     params = {"p": project.id, "w": worker.worker_id, "o": worker.owner, "n": want,
               "lease": float(lease_seconds), "attempt_timeout": project.attempt_timeout_seconds,
-              "types": list(accept_types)}
+              "types": list(accept_types), "fresh_s": float(fresh_after_s)}
     rows = db.session.execute(sql, params).all()
     if len(rows) < want and reap_limit and not gated and reap_expired(project.id, limit=reap_limit):
         rows += db.session.execute(sql, {**params, "n": want - len(rows)}).all()
@@ -439,12 +463,33 @@ def reap_expired(project_id: str | None = None, *, limit: int = 1000) -> int:
     return sum(r[2] for r in rows)
 
 
+# DESIGN §12: at most this many distinct workers try one pdf job; then it
+# fails as "no eligible worker left".
+PDF_DISTINCT_WORKERS = 3
+
+_FAIL_TRIED_OUT_SQL = """
+WITH tried_out AS (
+    SELECT j.id FROM jobs j JOIN projects p ON p.id = j.project_id
+    WHERE p.kind = 'pdf' AND j.state = 'todo' AND j.attempts_count >= :n
+      AND (SELECT count(DISTINCT (a.worker_id, a.worker_owner)) FROM attempts a
+           WHERE a.job_id = j.id) >= :n
+    LIMIT :limit FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE jobs j SET state = 'failed', updated_at = now(),
+    last_error = jsonb_build_object('code', 'no_eligible_worker',
+                                    'message', 'tried by the maximum number of distinct workers')
+FROM tried_out WHERE j.id = tried_out.id
+"""
+
+
 def sweep(limit: int = 5000) -> dict:
     """The periodic actor's pass over every project. Commits."""
     expired = reap_expired(None, limit=limit)
     overdue = db.session.execute(text(_FAIL_OVERDUE_SQL), {"limit": limit}).rowcount
+    tried_out = db.session.execute(text(_FAIL_TRIED_OUT_SQL),
+                                   {"limit": limit, "n": PDF_DISTINCT_WORKERS}).rowcount
     db.session.commit()
-    return {"expired": expired, "overdue": overdue}
+    return {"expired": expired, "overdue": overdue, "tried_out": tried_out}
 
 
 # ---------------------------------------------------------------- heartbeat

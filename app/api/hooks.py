@@ -1,0 +1,101 @@
+"""Hook consumers and deliveries (admin), the consumer callback, and signed
+downloads of archived objects from the local store."""
+from __future__ import annotations
+
+from flask import Response, current_app, jsonify, request, stream_with_context
+
+from app.api import bp
+from app.api import validate as v
+from app.api.auth import bearer, body_limit, require
+from app.errors import InvalidRequest, NotFound, PermissionDenied
+from app.hooks import consumers, deliveries
+from app.projects import service as projects
+from app.storage import from_config
+from app.uploads import downloads
+
+CONSUMER = {"name": v.string(128, min_bytes=1), "url": v.string(2048, min_bytes=1),
+            "secret": v.Optional(v.string(256, min_bytes=16)), "enabled": v.Optional(v.boolean)}
+CONSUMER_PATCH = {"name": v.Optional(v.string(128, min_bytes=1)),
+                  "url": v.Optional(v.string(2048, min_bytes=1)), "enabled": v.Optional(v.boolean)}
+
+
+def _id(raw: str) -> int:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
+        raise NotFound("not found")
+    return int(raw)
+
+
+@bp.get("/admin/projects/<project_id>/hooks")
+def list_consumers(project_id):
+    require("admin")
+    projects.get(project_id)
+    return jsonify(consumers=consumers.list_for(project_id))
+
+
+@bp.post("/admin/projects/<project_id>/hooks")
+def create_consumer(project_id):
+    require("admin")
+    projects.get(project_id)
+    body = v.check(v.json_body(body_limit("worker")), CONSUMER)
+    return jsonify(consumers.create(project_id, body["name"], body["url"], body.get("secret"),
+                                    body.get("enabled", True))), 201
+
+
+@bp.patch("/admin/projects/<project_id>/hooks/<consumer_id>")
+def update_consumer(project_id, consumer_id):
+    require("admin")
+    body = v.check(v.json_body(body_limit("worker")), CONSUMER_PATCH)
+    return jsonify(consumers.update(project_id, _id(consumer_id), **body))
+
+
+@bp.delete("/admin/projects/<project_id>/hooks/<consumer_id>")
+def delete_consumer(project_id, consumer_id):
+    require("admin")
+    consumers.delete(project_id, _id(consumer_id))
+    return "", 204
+
+
+@bp.get("/admin/hooks/deliveries")
+def list_deliveries():
+    require("admin")
+    state = request.args.get("state") or None
+    if state is not None and state not in ("pending", "awaiting_callback", "delivered", "failed"):
+        raise InvalidRequest("unknown state", details={"field": "state"})
+    return jsonify(deliveries=deliveries.list_deliveries(
+        project_id=request.args.get("project") or None, state=state))
+
+
+@bp.post("/admin/hooks/deliveries/<delivery_id>/retry")
+def retry_delivery(delivery_id):
+    require("admin")
+    return jsonify(deliveries.retry_now(_id(delivery_id)))
+
+
+@bp.post("/hooks/deliveries/<delivery_id>/complete")
+def delivery_callback(delivery_id):
+    token = bearer()
+    if not token.startswith(deliveries.CALLBACK_PREFIX):
+        raise PermissionDenied("callbacks take the delivery's callback token")
+    return jsonify(deliveries.confirm(_id(delivery_id), token))
+
+
+@bp.get("/assets/<path:object_key>")
+def download(object_key):
+    cfg = current_app.config
+    if not downloads.verify(cfg["SECRET_KEY"], object_key, request.args.get("expires", ""),
+                            request.args.get("sig", "")):
+        raise PermissionDenied("invalid or expired download link")
+    store = from_config(cfg)
+    try:
+        stream = store.open(object_key)
+    except Exception:
+        raise NotFound("no such object") from None
+
+    def chunks():
+        with stream:
+            while True:
+                data = stream.read(1024 * 1024)
+                if not data:
+                    return
+                yield data
+    return Response(stream_with_context(chunks()), mimetype="application/pdf")

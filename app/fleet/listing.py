@@ -1,0 +1,76 @@
+"""Read-only views of the fleet: the worker list and remote job progress."""
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from app.extensions import db
+
+MAX_ROWS = 500
+
+_WORKERS = """
+WITH live AS (
+    SELECT worker_id, worker_owner, count(*) AS running FROM jobs
+    WHERE state IN ('wip', 'staged') GROUP BY worker_id, worker_owner
+)
+SELECT * FROM (
+    SELECT 'node' AS kind, n.id AS worker_id, NULL AS user_id, n.name, n.status, n.capacity,
+           n.browser_ok, n.disk_free_bytes, n.spool_bytes, n.last_error, n.created_at,
+           n.last_heartbeat_at, extract(epoch FROM now() - n.last_heartbeat_at) AS heartbeat_age_s,
+           COALESCE(l.running, 0) AS running
+    FROM fleet_nodes n LEFT JOIN live l ON l.worker_id = n.id AND l.worker_owner IS NULL
+    UNION ALL
+    SELECT 'token', t.worker_id, t.user_id, t.worker_id, t.status, t.capacity, t.browser_ok,
+           t.disk_free_bytes, t.spool_bytes, t.last_error, t.first_seen_at, t.last_heartbeat_at,
+           extract(epoch FROM now() - GREATEST(t.last_heartbeat_at, t.last_seen_at)),
+           COALESCE(l.running, 0)
+    FROM token_workers t LEFT JOIN live l ON l.worker_id = t.worker_id AND l.worker_owner = t.user_id
+) w
+ORDER BY (status IN ('pending')) DESC, kind, worker_id
+LIMIT :n
+"""
+
+
+def workers(stale_after_s: float, limit: int = MAX_ROWS) -> list[dict]:
+    rows = db.session.execute(text(_WORKERS), {"n": min(limit, MAX_ROWS)}).mappings().all()
+    out = []
+    for r in rows:
+        age = None if r["heartbeat_age_s"] is None else round(float(r["heartbeat_age_s"]), 1)
+        out.append({
+            "kind": r["kind"], "worker_id": r["worker_id"], "user_id": r["user_id"], "name": r["name"],
+            "status": r["status"], "capacity": r["capacity"], "running": int(r["running"]),
+            "browser_ok": r["browser_ok"], "disk_free_bytes": r["disk_free_bytes"],
+            "spool_bytes": r["spool_bytes"], "last_error": r["last_error"],
+            "created_at": int(r["created_at"].timestamp()),
+            "last_heartbeat_at": int(r["last_heartbeat_at"].timestamp()) if r["last_heartbeat_at"] else None,
+            "heartbeat_age_s": age, "stale": age is None or age > stale_after_s,
+        })
+    return out
+
+
+_REMOTE = """
+SELECT j.id, j.project_id, j.ext_id, j.value, j.state, a.state AS attempt_state, j.worker_id,
+       j.last_error, j.updated_at
+FROM jobs j LEFT JOIN attempts a ON a.id = j.current_attempt_id
+WHERE (CAST(:p AS text) IS NULL OR j.project_id = :p)
+ORDER BY j.id DESC
+LIMIT :n
+"""
+
+_PUBLIC_STATE = {"todo": "queued", "staged": "staged", "done": "done", "failed": "failed",
+                 "reset_exhausted": "failed"}
+
+
+def remote_jobs(project_id: str | None, limit: int) -> list[dict]:
+    """Progress for readers: state, worker id, error, updated time — no topology."""
+    rows = db.session.execute(text(_REMOTE), {"p": project_id, "n": limit}).mappings().all()
+    out = []
+    for r in rows:
+        state = _PUBLIC_STATE.get(r["state"]) or (
+            "uploading" if r["attempt_state"] == "uploading" else "running")
+        error = r["last_error"] if r["state"] in ("failed", "reset_exhausted", "todo") else None
+        out.append({"job_id": str(r["id"]), "project_id": r["project_id"], "id": r["ext_id"],
+                    "value": r["value"], "state": state,
+                    "worker_id": r["worker_id"] if state in ("running", "uploading", "staged", "done")
+                    else None,
+                    "error": error, "updated_at": int(r["updated_at"].timestamp())})
+    return out

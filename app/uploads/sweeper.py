@@ -1,0 +1,44 @@
+"""The spool sweeper: expire uploads that can no longer finish, and remove
+spool files that no live upload owns."""
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import text
+
+from app.extensions import db
+from app.uploads import transitions
+from app.uploads.spool import Spool, remove_quietly
+
+# A part file younger than this may belong to a transfer that is still
+# streaming on another web process; never race it.
+ORPHAN_GRACE_S = 15 * 60
+
+
+def sweep(config, *, now: float | None = None) -> dict:
+    abandoned = transitions.expire_abandoned()
+    expired = transitions.expire_staged(int(config["STAGED_RETENTION_S"]))
+    removed = remove_orphans(Spool.from_config(config), now=now)
+    return {"abandoned": abandoned, "expired": expired, "orphans_removed": removed}
+
+
+def remove_orphans(spool: Spool, *, now: float | None = None, grace_s: float = ORPHAN_GRACE_S) -> int:
+    now = time.time() if now is None else now
+    live = {row[0]: (row[1], row[2], row[3]) for row in db.session.execute(text(
+        "SELECT attempt_id, state, generation, spool_file FROM uploads "
+        "WHERE state IN ('uploading', 'staged')"))}
+    db.session.commit()
+    removed = 0
+    for path, attempt_id, generation, mtime in spool.files():
+        owner = live.get(attempt_id)
+        if owner is not None:
+            state, current_generation, spool_file = owner
+            if state == "staged" and path == spool_file:
+                continue
+            if state == "uploading" and generation == current_generation and now - mtime < grace_s:
+                continue
+        if owner is None and now - mtime < grace_s and path.endswith(".part"):
+            continue  # admitted a moment ago on another process, row not visible yet
+        remove_quietly(path)
+        removed += 1
+    return removed
