@@ -18,7 +18,7 @@ from tasks.middleware import AppContext
 from tests.conftest import unique
 from tests.helpers import Api, body, values
 
-ACTORS = (actors.reap_leases, actors.fold_counters)
+ACTORS = (actors.reap_leases, actors.fold_counters, actors.reconcile, actors.sweep_spool)
 
 
 class Recorder(dramatiq.Middleware):
@@ -308,7 +308,8 @@ def test_clock_default_schedule(stub_broker, monkeypatch):
     fake = FakeTime()
     monkeypatch.setattr(clock, "time", fake)
     start = fake.now
-    assert {a.actor_name for a, _ in clock.SCHEDULE} == {"reap_leases", "fold_counters"}
+    assert {a.actor_name for a, _ in clock.SCHEDULE} == {"reap_leases", "fold_counters", "reconcile",
+                                                         "sweep_spool"}
     clock.run(stop=lambda: fake.now - start >= 59)
     periods = dict((a.actor_name, p) for a, p in clock.SCHEDULE)
     sent = stub_broker.recorder.enqueued

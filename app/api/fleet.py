@@ -111,7 +111,7 @@ def receipt(attempt_id):
     listener = wakeups.listener(current_app.config["LISTEN_DSN"]) if int(raw_wait) else None
     key = transitions.receipt_key(attempt)
     while True:
-        seen = listener.generation(key) if listener else 0
+        seen = listener.generation(key) if listener else None
         current = receipts.get(attempt, worker)
         left = deadline - time.monotonic()
         if current["state"] not in ("uploading", "staged") or left <= 0:

@@ -128,7 +128,7 @@ def claim(project_id):
     reap_limit = current_app.config["CLAIM_REAP_LIMIT"]
     listener = wakeups.listener(current_app.config["LISTEN_DSN"]) if wait_s else None
     while True:
-        seen = listener.generation(project_id) if listener else 0
+        seen = listener.generation(project_id) if listener else None
         result = leasing.claim(project, worker, max_jobs=body["max_jobs"],
                                lease_seconds=body["lease_seconds"], accept_types=accept,
                                reap_limit=reap_limit,

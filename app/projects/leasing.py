@@ -372,7 +372,9 @@ def _run_outcome(project: Project, worker: Worker, items: list[dict], sql: str, 
             result.lease_expires_at = row[2]
     pending = {k: r for k, r in results.items() if r.status != "applied"}
     _explain_rejections(project.id, worker, pending, ended_as, payloads)
-    if released:
+    # A finished attempt frees a slot of a capped project: waiting claimers may go on.
+    capped = project.max_in_flight is not None or project.max_worker_in_flight is not None
+    if released or (rows and ended_as is not None and capped):
         wakeups.notify(project.id)
     db.session.commit()
     return [results[(it["job_id"], it["attempt_id"])].as_dict() for it in items]
@@ -457,9 +459,9 @@ def reap_expired(project_id: str | None = None, *, limit: int = 1000) -> int:
     failed). Does not commit when called for one project from a claim."""
     sql = _REAP_SQL.format(project_filter="AND j.project_id = :p" if project_id else "")
     rows = db.session.execute(text(sql), {"p": project_id, "limit": limit}).all()
-    for pid, state, _ in rows:
-        if state == "todo":
-            wakeups.notify(pid)
+    # Every expiry may release a job or free a capped slot: wake that project's waiters.
+    for pid in {r[0] for r in rows}:
+        wakeups.notify(pid)
     return sum(r[2] for r in rows)
 
 

@@ -36,23 +36,26 @@ class Listener:
         self._dsn = dsn
         self._cond = threading.Condition()
         self._generations: dict[str, int] = {}
+        # Bumped on every (re)connect: notifications sent while disconnected are
+        # lost, so every waiter must look at the database again.
+        self._epoch = 0
         self._thread: threading.Thread | None = None
         self._connected = threading.Event()
         self._start_lock = threading.Lock()
 
-    def generation(self, project_id: str) -> int:
+    def generation(self, project_id: str) -> tuple[int, int]:
         self.start()
         with self._cond:
-            return self._generations.get(project_id, 0)
+            return self._epoch, self._generations.get(project_id, 0)
 
-    def wait(self, project_id: str, seen: int, timeout_s: float) -> bool:
+    def wait(self, project_id: str, seen: tuple[int, int], timeout_s: float) -> bool:
         """Sleep until ``project_id`` was notified after generation ``seen``.
 
         Returns True when woken by a notification.
         """
         deadline = time.monotonic() + timeout_s
         with self._cond:
-            while self._generations.get(project_id, 0) == seen:
+            while (self._epoch, self._generations.get(project_id, 0)) == seen:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -87,6 +90,8 @@ class Listener:
                         self._bump(note.payload)
             except Exception as exc:  # reconnect; waiters fall back to short slices
                 self._connected.clear()
+                with self._cond:
+                    self._cond.notify_all()  # sleepers switch to degraded re-checks now
                 log.warning("listener connection lost: %s", exc.__class__.__name__)
                 time.sleep(1.0)
 
@@ -97,8 +102,7 @@ class Listener:
 
     def _bump_all(self) -> None:
         with self._cond:
-            for key in list(self._generations):
-                self._generations[key] += 1
+            self._epoch += 1
             self._cond.notify_all()
 
 
