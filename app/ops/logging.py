@@ -26,7 +26,8 @@ class JsonFormatter(logging.Formatter):
             entry["request_id"] = getattr(g, "request_id", None)
             entry["method"] = request.method
             entry["path"] = request.path
-        for key in ("status", "duration_ms", "project_id", "worker_id"):
+        for key in ("status", "duration_ms", "project_id", "worker_id", "attempt_id", "size",
+                    "timings_ms"):
             if hasattr(record, key):
                 entry[key] = getattr(record, key)
         if record.exc_info:

@@ -7,6 +7,11 @@ makes the write conditional and atomic: the final key never names a
 partially written file, and an existing object is never replaced. The
 directory is fsynced afterwards so the new name survives a crash.
 
+When the source lies on the same filesystem (the spool next to the store, the
+embedded default), it is hard-linked instead of copied: no second write of
+the bytes, which are re-hashed through the new name before the link to the
+key is made.
+
 Leftover ``.tmp-*`` files (crash mid-copy) never collide with keys, whose
 path parts cannot start with a dot.
 """
@@ -53,6 +58,16 @@ class LocalObjectStore(ObjectStore):
         final = self.path_of(key)
         if self.exists(key):
             return verify_existing(key, self.sha256_of(key), digest, size)
+        if self._same_filesystem(path):
+            try:
+                created = self._link_source(path, final, key, digest, size)
+            except OSError as exc:
+                if exc.errno not in _NO_LINK:
+                    raise StorageUnavailable(f"local object store: {exc}") from exc
+            else:
+                if created:
+                    return PutResult(key=key, existed=False)
+                return verify_existing(key, self.sha256_of(key), digest, size)
         # A missing or unreadable source is the caller's problem, not the
         # store's: it propagates as a plain OSError.
         with open(path, "rb") as src:
@@ -64,6 +79,39 @@ class LocalObjectStore(ObjectStore):
             return PutResult(key=key, existed=False)
         # Lost a race with a concurrent writer of the same key.
         return verify_existing(key, self.sha256_of(key), digest, size)
+
+    def _same_filesystem(self, path: str) -> bool:
+        try:
+            return os.stat(path).st_dev == os.stat(self.root).st_dev
+        except OSError:
+            return False
+
+    def _link_source(self, path: str, final: str, key: str, digest: str, size: int) -> bool:
+        """Zero-copy archive of a spool file on the same filesystem.
+
+        The spool file is already durable and never written again, so it is
+        hard-linked under a temp name, re-hashed from that name (the bytes
+        that will be the object), and linked to the key like a copied file.
+        """
+        directory = os.path.dirname(final)
+        self._makedirs(directory)
+        tmp = os.path.join(directory, f".tmp-{os.getpid()}-{os.urandom(6).hex()}")
+        os.link(path, tmp)
+        try:
+            with open(tmp, "rb") as linked:
+                actual = hash_stream(linked)
+                if actual != (digest, size):
+                    raise source_mismatch(key, actual, digest, size)
+                os.fchmod(linked.fileno(), FILE_MODE)
+                os.fsync(linked.fileno())
+            created = _link_no_replace(tmp, final)
+        finally:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        _fsync_dir(directory)
+        return created
 
     def _write_new(self, src: BinaryIO, final: str, key: str, digest: str, size: int) -> bool:
         directory = os.path.dirname(final)

@@ -10,6 +10,7 @@ import base64
 import binascii
 import hashlib
 import json
+import logging
 import os
 import re
 import socket
@@ -21,6 +22,7 @@ from app.uploads import spool as spool_mod
 from app.uploads import transitions
 from workers import pdfcheck
 
+log = logging.getLogger(__name__)
 _SHA256 = re.compile(r"\A[0-9a-f]{64}\Z")
 CHUNK = 1024 * 1024
 MAX_RESULT_BYTES = 16 * 1024
@@ -114,6 +116,7 @@ def _stream_to(fd: int, stream, size: int, deadline: float, sock) -> str:
 def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *,
             min_bytes: int, max_bytes: int, parse_limits: pdfcheck.ParseLimits) -> tuple[int, dict]:
     """Run the upload pipeline. Returns (HTTP status, receipt-like state)."""
+    started = time.monotonic()
     admission = transitions.admit(attempt_id, worker, meta.sha256, meta.size, spool)
     if admission.action == "receipt":
         return (200 if admission.state == "done" else 202), {"state": admission.state}
@@ -130,6 +133,7 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
         err = InvalidRequest(f"upload interrupted: {exc}")
         err.retryable = True
         raise err from None
+    streamed = time.monotonic()
     try:
         if digest != meta.sha256:
             raise pdfcheck.PdfRejected("hash_mismatch", "SHA-256 of the body differs from X-PDF-SHA256")
@@ -144,6 +148,7 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
         transitions.reject(attempt_id, admission.generation,
                            {"code": "invalid_pdf", "message": str(exc), "reason": exc.reason})
         raise InvalidUpload(str(exc), details={"reason": exc.reason}) from None
+    verified = time.monotonic()
     final = spool.seal(part, attempt_id, admission.generation)
     staged = transitions.stage(attempt_id, admission.generation, final, {
         "source_url": meta.source_url, "download_strategy": meta.download_strategy,
@@ -151,4 +156,10 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
     if not staged:
         spool_mod.remove_quietly(final)
         raise StaleUpload("a newer upload of this attempt, or a change of the attempt, won")
+    done = time.monotonic()
+    log.info("upload staged", extra={
+        "attempt_id": attempt_id, "size": meta.size,
+        "timings_ms": {"admit_and_stream": round((streamed - started) * 1000),
+                       "verify": round((verified - streamed) * 1000),
+                       "seal_stage": round((done - verified) * 1000)}})
     return 202, {"state": "staged"}

@@ -1,0 +1,325 @@
+"""Upload PDFs to pdf attempts through gunicorn until every job is archived
+(``done``) in the local object store, with a real Dramatiq worker on Redis.
+
+Default: 4 concurrent clients, 200 synthetic valid PDFs of 20 MiB. The
+ceiling, measured in the same run on the same disk: hashing and writing the
+same bytes with fsync (4 threads). A second phase uploads 4 × 100 MiB at once
+and samples the RSS of every master process (web arbiter and workers, task
+processes).
+
+Last line: ``upload_ingest mb_per_s=N ceiling_mb_per_s=M ratio=R peak_rss_mb=X``
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import redis
+import requests
+
+from _common import ROOT, VERSION, admin_token, free_port, fresh_database
+
+sys.path.insert(0, ROOT)
+from tests.fleet_helpers import new_identity  # noqa: E402
+from tests.pdfs import make_pdf  # noqa: E402
+
+MB = 1024 * 1024
+REDIS_URL = os.environ.get("FLEETHQ_BENCH_REDIS", "redis://127.0.0.1:6379/14")
+
+
+def flask(url, *args, env_extra=None):
+    env = {**os.environ, "DATABASE_URL": url, **(env_extra or {})}
+    out = subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", "fleet", *args], cwd=ROOT,
+                         env=env, check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+class Master:
+    """gunicorn + one Dramatiq task process, sharing a data directory."""
+
+    def __init__(self, url, data_dir):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "DATABASE_URL": url, "REDIS_URL": REDIS_URL, "FLEETHQ_DATA_DIR": data_dir,
+               "FLEETHQ_LOG_JSON": os.environ.get("FLEETHQ_LOG_JSON", "false"), "FLEETHQ_SECRET_KEY": "bench",
+               "FLEETHQ_BIND": f"127.0.0.1:{self.port}", "FLEETHQ_WEB_WORKERS": "2",
+               "FLEETHQ_WEB_THREADS": "8"}
+        bin_dir = os.path.dirname(sys.executable)
+        self.web = subprocess.Popen([os.path.join(bin_dir, "gunicorn"), "-c", "python:app.gunicorn_conf",
+                                     "--log-level", "warning", "wsgi:app"], cwd=ROOT, env=env)
+        self.tasks = subprocess.Popen([os.path.join(bin_dir, "dramatiq"), "tasks", "--processes", "1",
+                                       "--threads", "4"], cwd=ROOT, env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            try:
+                if requests.get(self.base + "/readyz", timeout=1).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("master did not start")
+
+    def pids(self) -> list[int]:
+        pids = []
+        for root in (self.web.pid, self.tasks.pid):
+            pids.append(root)
+            out = subprocess.run(["pgrep", "-P", str(root)], capture_output=True, text=True).stdout
+            pids += [int(p) for p in out.split()]
+        return pids
+
+    def stop(self):
+        for proc in (self.web, self.tasks):
+            proc.terminate()
+        for proc in (self.web, self.tasks):
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except FileNotFoundError:
+        pass
+    return 0.0
+
+
+class PeakRss(threading.Thread):
+    """Largest RSS of any single master process while running."""
+
+    def __init__(self, master):
+        super().__init__(daemon=True)
+        self.master, self.peak, self.halt = master, 0.0, threading.Event()
+
+    def run(self):
+        while not self.halt.is_set():
+            self.peak = max([self.peak] + [rss_mb(p) for p in self.master.pids()])
+            time.sleep(0.05)
+
+
+def ceiling(paths, threads, out_dir) -> float:
+    """Hash + write + fsync the same files, ``threads`` at a time: MB/s."""
+    work: queue.Queue = queue.Queue()
+    for p in paths:
+        work.put(p)
+    total = sum(os.path.getsize(p) for p in paths)
+
+    def run():
+        while True:
+            try:
+                src = work.get_nowait()
+            except queue.Empty:
+                return
+            digest = hashlib.sha256()
+            dst = os.path.join(out_dir, os.path.basename(src) + ".copy")
+            with open(src, "rb") as fin, open(dst, "wb") as fout:
+                while chunk := fin.read(MB):
+                    digest.update(chunk)
+                    fout.write(chunk)
+                fout.flush()
+                os.fsync(fout.fileno())
+            os.unlink(dst)
+
+    started = time.perf_counter()
+    pool = [threading.Thread(target=run) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return total / MB / (time.perf_counter() - started)
+
+
+class FileBody:
+    """A file body that hands http.client 1 MiB per read (its default block
+    is 8-16 KiB, which makes the client, not the master, the bottleneck)."""
+
+    def __init__(self, path):
+        self._fh = open(path, "rb")
+        self._size = os.path.getsize(path)
+
+    def __len__(self):
+        return self._size
+
+    def read(self, n=-1):
+        return self._fh.read(max(n, MB) if n and n > 0 else -1)
+
+    def close(self):
+        self._fh.close()
+
+
+class Uploader:
+    def __init__(self, base, node_id, secret, project):
+        self.base, self.node_id, self.project = base, node_id, project
+        self.session = requests.Session()
+        self.session.headers.update({"Authorization": f"Bearer {secret}", "X-Client-Version": VERSION})
+
+    def heartbeat(self):
+        self.session.post(f"{self.base}/api/v1/fleet/heartbeat", json={
+            "capacity": 8, "browser_ok": False, "disk_free_bytes": 10**12, "spool_bytes": 0,
+            "running_attempt_ids": []}).raise_for_status()
+
+    def claim_one(self):
+        response = self.session.post(f"{self.base}/api/v1/projects/{self.project}/jobs/claim", json={
+            "worker_id": self.node_id, "max_jobs": 1, "lease_seconds": 600})
+        response.raise_for_status()
+        jobs = response.json()["jobs"]
+        return jobs[0] if jobs else None
+
+    def upload(self, attempt_id, path, sha):
+        size = os.path.getsize(path)
+        body = FileBody(path)
+        try:
+            response = self.session.put(f"{self.base}/api/v1/fleet/uploads/{attempt_id}", data=body,
+                                        headers={"X-PDF-SHA256": sha, "X-PDF-Size": str(size),
+                                                 "Content-Type": "application/pdf"}, timeout=600)
+        finally:
+            body.close()
+        if response.status_code not in (200, 202):
+            raise RuntimeError(f"upload {attempt_id}: {response.status_code} {response.text[:300]}")
+        return size
+
+
+def run_phase(master, uploader_args, files, clients) -> tuple[int, float]:
+    """Claim + upload every file with ``clients`` threads; wait until all are done."""
+    work: queue.Queue = queue.Queue()
+    for item in files:
+        work.put(item)
+    uploaded = [0]
+    lock = threading.Lock()
+    errors = []
+
+    def client():
+        up = Uploader(master.base, *uploader_args)
+        up.heartbeat()
+        while True:
+            try:
+                path, sha = work.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                job = None
+                while job is None:
+                    up.heartbeat()
+                    job = up.claim_one()
+                    if job is None:
+                        time.sleep(0.05)
+                size = up.upload(job["attempt_id"], path, sha)
+                with lock:
+                    uploaded[0] += size
+            except Exception as exc:  # report, do not hang the run
+                errors.append(exc)
+                return
+
+    started = time.perf_counter()
+    pool = [threading.Thread(target=client) for _ in range(clients)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    if errors:
+        raise errors[0]
+    return uploaded[0], started
+
+
+def wait_done(base, token, project, expected, timeout_s=1800):
+    session = requests.Session()
+    session.headers["Authorization"] = f"Bearer {token}"
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        counts = session.get(f"{base}/api/v1/admin/projects/{project}").json()["job_counts"]
+        if counts["done"] >= expected:
+            return
+        if counts["failed"] or counts["reset_exhausted"]:
+            raise RuntimeError(f"jobs failed: {counts}")
+        time.sleep(0.1)
+    raise RuntimeError("timed out waiting for archive")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--files", type=int, default=200)
+    parser.add_argument("--mib", type=int, default=20)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--big-mib", type=int, default=100)
+    args = parser.parse_args()
+
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    url = fresh_database("fleethq_bench_upload")
+    token = admin_token(url)
+    work_dir = tempfile.mkdtemp(prefix="fleethq-bench-")
+    data_dir = os.path.join(work_dir, "data")
+    src_dir = os.path.join(work_dir, "src")
+    os.makedirs(src_dir)
+    try:
+        print(f"generating {args.files} PDFs of {args.mib} MiB ...", flush=True)
+        files = []
+        for i in range(args.files):
+            path = os.path.join(src_dir, f"p{i}.pdf")
+            files.append((path, make_pdf(path, pages=4, target_bytes=args.mib * MB, seed=i)))
+        ceiling_mb_s = ceiling([p for p, _ in files], args.clients, work_dir)
+        print(f"ceiling (sha256 + write + fsync, {args.clients} threads): {ceiling_mb_s:.0f} MB/s",
+              flush=True)
+
+        env = {"FLEETHQ_DATA_DIR": data_dir}
+        flask(url, "put-project", "papers", "--kind", "pdf", "--identity-mode", "unique_value",
+              "--client-versions", VERSION, "--max-in-flight", "null", "--max-worker-in-flight", "null",
+              env_extra=env)
+        specs = [json.dumps({"value": f"10.5555/bench.{i}"}) for i in range(args.files + args.clients)]
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as fh:
+            fh.write("\n".join(specs) + "\n")
+        subprocess.run([os.path.join(os.path.dirname(sys.executable), "fleethq-source"), "pack",
+                        "--jsonl", "--project-mode", "unique_value", "-o", fh.name + ".zst", fh.name],
+                       check=True, capture_output=True)
+        flask(url, "enqueue-source", "papers", fh.name + ".zst", env_extra=env)
+        credential = flask(url, "enroll", env_extra=env).splitlines()[-1]
+        node_id, secret = new_identity()
+
+        master = Master(url, data_dir)
+        sampler = PeakRss(master)
+        sampler.start()
+        try:
+            requests.post(f"{master.base}/api/v1/fleet/register", json={
+                "id": node_id, "name": "bench", "enrollment_token": credential,
+                "secret": secret}).raise_for_status()
+            flask(url, "worker", "approve", node_id, env_extra=env)
+            total, started = run_phase(master, (node_id, secret, "papers"), files, args.clients)
+            wait_done(master.base, token, "papers", args.files)
+            elapsed = time.perf_counter() - started
+            mb_s = total / MB / elapsed
+            print(f"ingest: {total / MB:.0f} MB in {elapsed:.1f}s = {mb_s:.0f} MB/s "
+                  f"(upload, verify, stage, archive, done)", flush=True)
+            steady_peak = sampler.peak
+            for path, _ in files:
+                os.unlink(path)
+            big = []
+            for i in range(args.clients):
+                path = os.path.join(src_dir, f"big{i}.pdf")
+                big.append((path, make_pdf(path, pages=8, target_bytes=args.big_mib * MB, seed=10_000 + i)))
+            run_phase(master, (node_id, secret, "papers"), big, args.clients)
+            wait_done(master.base, token, "papers", args.files + args.clients)
+            print(f"peak RSS of any master process: {steady_peak:.0f} MB with {args.mib} MiB uploads, "
+                  f"{sampler.peak:.0f} MB with {args.clients} x {args.big_mib} MiB in flight", flush=True)
+        finally:
+            sampler.halt.set()
+            master.stop()
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    print(f"upload_ingest mb_per_s={mb_s:.0f} ceiling_mb_per_s={ceiling_mb_s:.0f} "
+          f"ratio={mb_s / ceiling_mb_s:.2f} peak_rss_mb={sampler.peak:.0f}")
+
+
+if __name__ == "__main__":
+    main()
