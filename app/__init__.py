@@ -31,6 +31,8 @@ def create_app(config: dict | None = None, *, check_schema: bool = True) -> Flas
 
     from app.api import init_app as init_api
     init_api(app)
+    from app.pages import init_app as init_pages
+    init_pages(app)
     from app.ops import health, metrics
     health.init_app(app)
     metrics.init_app(app)

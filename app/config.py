@@ -36,6 +36,17 @@ class Defaults:
     STAGED_RETENTION_S = 7 * 24 * 3600
     NODE_LEASE_S = 60
     WORKER_STALE_S = 90
+    # GitHub sign-in (DESIGN §10). The URLs are settings so that tests (and
+    # GitHub Enterprise) can point them elsewhere.
+    GITHUB_CLIENT_ID = None
+    GITHUB_CLIENT_SECRET = None
+    GITHUB_ORG = None
+    GITHUB_ADMIN_TEAM = None
+    GITHUB_AUTHORIZE_URL = "https://github.com/login/oauth/authorize"
+    GITHUB_TOKEN_URL = "https://github.com/login/oauth/access_token"
+    GITHUB_API_URL = "https://api.github.com"
+    SESSION_LIFETIME_S = 12 * 3600
+    PUBLIC_URL = None
     DEV_MODE = False
     LOG_JSON = True
     SQLALCHEMY_ENGINE_OPTIONS = {"pool_size": 10, "max_overflow": 20, "pool_pre_ping": True}

@@ -1,0 +1,14 @@
+"""Server-rendered pages: sign-in (GitHub), admin pages, the worker's own page.
+
+Pages accept only a browser session; ``/api/`` accepts only bearer tokens.
+"""
+from __future__ import annotations
+
+
+def init_app(app) -> None:
+    from app.pages import admin, auth, security, worker
+    auth.init_app(app)
+    security.init_app(app)
+    app.register_blueprint(auth.bp)
+    app.register_blueprint(admin.bp)
+    app.register_blueprint(worker.bp)

@@ -1,0 +1,5 @@
+"""Security headers and CSRF for pages (placeholder: being built)."""
+
+
+def init_app(app) -> None:
+    pass
