@@ -76,8 +76,8 @@ def admit(attempt_id: int, worker: Worker, sha256: str, size: int, spool) -> Adm
         db.session.rollback()
         raise Conflict("uploads are for pdf projects", code="invalid_transition")
     upload = db.session.execute(text(
-        "SELECT state, sha256, size, generation, extract(epoch FROM upload_deadline_at - now()) "
-        "FROM uploads WHERE attempt_id = :a"), {"a": attempt_id}).first()
+        "SELECT state, sha256, size, generation, extract(epoch FROM upload_deadline_at - now()), "
+        "reserved_bytes FROM uploads WHERE attempt_id = :a"), {"a": attempt_id}).first()
     same = upload is not None and upload[1] == sha256 and upload[2] == size
     if upload is not None and not same and upload[0] in ("uploading", "staged", "done"):
         db.session.rollback()
@@ -112,6 +112,10 @@ def admit(attempt_id: int, worker: Worker, sha256: str, size: int, spool) -> Adm
         db.session.rollback()
         raise Conflict("the task deadline has passed", code="stale_attempt")
 
+    if upload is not None and upload[0] == "uploading":
+        # A late upload replaces a transfer the sweeper has not expired yet:
+        # hand its reservation back before taking a new one.
+        spool_mod.release(upload[5])
     spool_mod.reserve(spool, size)
     moved = db.session.execute(text(
         "UPDATE attempts SET state = 'uploading', lease_expires_at = now() + make_interval(secs => :b) "
