@@ -106,57 +106,61 @@ def authenticate_node(secret: str) -> FleetNode:
 
 
 def get_node(node_id: str) -> FleetNode:
-    node = db.session.get(FleetNode, node_id)
+    node = db.session.get(FleetNode, node_id, populate_existing=True)
     if node is None:
         raise NotFound(f"node {node_id!r} not found", details={"worker_id": node_id})
     return node
 
 
-def decide(node_id: str, action: str, *, actor: str) -> FleetNode:
-    """Apply a fleet action to a node with one guarded UPDATE. Commits.
+def _transition(label: str, action: str, rules: dict, update_sql: str, params: dict, load,
+                worker: tuple[str, str | None]):
+    """One guarded status UPDATE; the row count decides. A revoke also cancels
+    the worker's running attempts in the same transaction. Commits.
 
     Raises:
-        NotFound; Conflict ``invalid_transition`` naming the current status.
+        InvalidRequest (unknown action), NotFound, Conflict ``invalid_transition``.
     """
-    if action not in TRANSITIONS:
-        raise InvalidRequest(f"unknown action {action!r}")
-    allowed, target = TRANSITIONS[action]
-    moved = db.session.execute(text(
-        "UPDATE fleet_nodes SET status = :to, updated_at = now(), decided_at = now(), "
-        "decided_by = :actor WHERE id = :id AND status = ANY(:allowed) RETURNING id"),
-        {"to": target, "actor": actor, "id": node_id, "allowed": sorted(allowed)}).first()
+    if action not in rules:
+        raise InvalidRequest(f"unknown action {action!r} for a {label}")
+    allowed, target = rules[action]
+    moved = db.session.execute(text(update_sql),
+                               {**params, "to": target, "allowed": sorted(allowed)}).first()
     if moved is None:
-        node = get_node(node_id)
+        current = load()
         db.session.rollback()
-        raise Conflict(f"cannot {action} a {node.status} node", code="invalid_transition",
-                       details={"status": node.status, "action": action})
+        raise Conflict(f"cannot {action} a {current.status} {label}", code="invalid_transition",
+                       details={"status": current.status, "action": action})
     if action == "revoke":
         from app.uploads import transitions
-        transitions.cancel_worker_attempts(node_id, None)
+        transitions.cancel_worker_attempts(*worker)
     db.session.commit()
-    return get_node(node_id)
+    return load()
+
+
+def decide(node_id: str, action: str, *, actor: str) -> FleetNode:
+    """Apply a fleet action (approve, reject, drain, enable, revoke) to a node."""
+    return _transition(
+        "node", action, TRANSITIONS,
+        "UPDATE fleet_nodes SET status = :to, updated_at = now(), decided_at = now(), "
+        "decided_by = :actor WHERE id = :id AND status = ANY(:allowed) RETURNING id",
+        {"actor": actor, "id": node_id}, lambda: get_node(node_id), (node_id, None))
+
+
+def get_token_worker(user_id: str, worker_id: str) -> TokenWorker:
+    worker = db.session.get(TokenWorker, (user_id, worker_id), populate_existing=True)
+    if worker is None:
+        raise NotFound(f"token worker {user_id}/{worker_id} not found")
+    return worker
 
 
 def decide_token_worker(user_id: str, worker_id: str, action: str) -> TokenWorker:
-    if action not in TOKEN_WORKER_TRANSITIONS:
-        raise InvalidRequest(f"unknown action {action!r} for a token worker")
-    allowed, target = TOKEN_WORKER_TRANSITIONS[action]
-    moved = db.session.execute(text(
+    """Drain, enable or revoke a token worker (a user's machine token + worker id)."""
+    return _transition(
+        "token worker", action, TOKEN_WORKER_TRANSITIONS,
         "UPDATE token_workers SET status = :to, updated_at = now() "
-        "WHERE user_id = :u AND worker_id = :w AND status = ANY(:allowed) RETURNING worker_id"),
-        {"to": target, "u": user_id, "w": worker_id, "allowed": sorted(allowed)}).first()
-    worker = db.session.get(TokenWorker, (user_id, worker_id))
-    if worker is None:
-        raise NotFound(f"token worker {user_id}/{worker_id} not found")
-    if moved is None:
-        db.session.rollback()
-        raise Conflict(f"cannot {action} a {worker.status} token worker", code="invalid_transition",
-                       details={"status": worker.status, "action": action})
-    if action == "revoke":
-        from app.uploads import transitions
-        transitions.cancel_worker_attempts(worker_id, user_id)
-    db.session.commit()
-    return worker
+        "WHERE user_id = :u AND worker_id = :w AND status = ANY(:allowed) RETURNING worker_id",
+        {"u": user_id, "w": worker_id}, lambda: get_token_worker(user_id, worker_id),
+        (worker_id, user_id))
 
 
 # Recording a token worker on every claim would add a write to the hot path;

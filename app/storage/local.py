@@ -20,7 +20,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import tempfile
 from typing import BinaryIO
 
 from .base import (CHUNK, ObjectNotFound, ObjectStore, PutResult, StorageUnavailable,
@@ -91,40 +90,38 @@ class LocalObjectStore(ObjectStore):
 
         The spool file is already durable and never written again, so it is
         hard-linked under a temp name, re-hashed from that name (the bytes
-        that will be the object), and linked to the key like a copied file.
+        that will be the object), and published like a copied file.
         """
+        def fill(tmp: str) -> None:
+            os.link(path, tmp)
+            with open(tmp, "rb") as linked:
+                self._seal(linked.fileno(), hash_stream(linked), key, digest, size)
+        return self._publish(final, fill)
+
+    def _write_new(self, src: BinaryIO, final: str, key: str, digest: str, size: int) -> bool:
+        def fill(tmp: str) -> None:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                actual = _copy_hashing(src, out)
+                out.flush()
+                self._seal(out.fileno(), actual, key, digest, size)
+        return self._publish(final, fill)
+
+    @staticmethod
+    def _seal(fd: int, actual: tuple[str, int], key: str, digest: str, size: int) -> None:
+        if actual != (digest, size):
+            raise source_mismatch(key, actual, digest, size)
+        os.fchmod(fd, FILE_MODE)
+        os.fsync(fd)
+
+    def _publish(self, final: str, fill) -> bool:
+        """Let ``fill`` produce a verified temp file, then link it to ``final``
+        unless that exists; the temp name is always removed. True if created."""
         directory = os.path.dirname(final)
         self._makedirs(directory)
         tmp = os.path.join(directory, f".tmp-{os.getpid()}-{os.urandom(6).hex()}")
-        os.link(path, tmp)
         try:
-            with open(tmp, "rb") as linked:
-                actual = hash_stream(linked)
-                if actual != (digest, size):
-                    raise source_mismatch(key, actual, digest, size)
-                os.fchmod(linked.fileno(), FILE_MODE)
-                os.fsync(linked.fileno())
-            created = _link_no_replace(tmp, final)
-        finally:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-        _fsync_dir(directory)
-        return created
-
-    def _write_new(self, src: BinaryIO, final: str, key: str, digest: str, size: int) -> bool:
-        directory = os.path.dirname(final)
-        self._makedirs(directory)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)  # O_EXCL, 0600
-        try:
-            with os.fdopen(fd, "wb") as out:
-                actual = _copy_hashing(src, out)
-                if actual != (digest, size):
-                    raise source_mismatch(key, actual, digest, size)
-                os.fchmod(out.fileno(), FILE_MODE)
-                out.flush()
-                os.fsync(out.fileno())
+            fill(tmp)
             created = _link_no_replace(tmp, final)
         finally:
             try:
