@@ -1,0 +1,229 @@
+"""One HTTP call to the master: bearer auth, the client version, retries,
+and the checks that keep the token and the answers trustworthy.
+
+Only ``requests`` is used; a caller may hand in its own ``requests.Session``
+(for proxies, custom CA bundles or a test adapter) and it is never mutated.
+"""
+from __future__ import annotations
+
+import random
+import threading
+import time
+from email.utils import parsedate_to_datetime
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import requests
+
+from workers.protocol import CLIENT_VERSION_HEADER
+from workers.sdk._errors import (APIError, FleetHQError, ProtocolError, TransportError,
+                                 api_error_class)
+from workers.sdk._retry import RetryPolicy, retry_after_s
+
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 60.0
+USER_AGENT = "fleethq-sdk/1"
+
+# Failures after which the request may be sent again. Other requests
+# exceptions (invalid URL, bad headers) would only fail the same way again.
+_NETWORK_ERRORS = (requests.ConnectionError, requests.Timeout,
+                   requests.exceptions.ChunkedEncodingError)
+
+# Cache-Control directives that let a cache store or reuse an answer.
+_CACHEABLE = ("public", "immutable", "max-age", "s-maxage", "stale-while-revalidate",
+              "stale-if-error")
+
+
+def base_url(url: str, *, allow_http: bool) -> str:
+    """The master's base URL without a trailing slash.
+
+    Raises:
+        ProtocolError: not http(s), credentials or a query in the URL, or plain
+            http without ``allow_http`` (the bearer token would travel in clear).
+    """
+    parts = urlsplit(str(url).strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ProtocolError(f"master URL must be http(s)://host…, got {url!r}")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise ProtocolError("master URL may not carry credentials, a query or a fragment")
+    if parts.scheme == "http" and not allow_http:
+        raise ProtocolError(f"refusing to send the token over plain http to {parts.hostname}; "
+                            "use https, or pass allow_http=True on a trusted network")
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+
+
+def segment(value: str) -> str:
+    """One path segment; ``.``/``..`` are valid identifiers but would be
+    resolved as dot segments, so they are escaped too."""
+    quoted = quote(str(value), safe="")
+    return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
+
+
+def check_not_cacheable(response) -> None:
+    """Every /api/ answer must say ``no-store``; one that does not, or that a
+    cache admits to having served (``Age``), may be stale or someone else's."""
+    directives = {}
+    for part in response.headers.get("Cache-Control", "").split(","):
+        name, _, value = part.strip().partition("=")
+        if name:
+            directives[name.lower()] = value.strip().strip('"')
+    if "no-store" not in directives:
+        raise ProtocolError(f"answer {response.status_code} lacks Cache-Control: no-store; "
+                            "refusing a possibly cached response")
+    cacheable = [d for d in _CACHEABLE if d in directives
+                 and (d in ("public", "immutable") or directives[d] != "0")]
+    if cacheable or "Age" in response.headers:
+        raise ProtocolError(f"answer {response.status_code} is cacheable "
+                            f"({', '.join(cacheable) or 'Age header'}); refusing it")
+
+
+class _Bearer(requests.auth.AuthBase):
+    # Passed per request: requests then never swaps in ~/.netrc credentials,
+    # and a caller's session is left untouched.
+    def __init__(self, token: str):
+        self._token = token
+
+    def __call__(self, request):
+        request.headers["Authorization"] = f"Bearer {self._token}"
+        return request
+
+    def __repr__(self) -> str:  # never print the token
+        return "<Bearer ***>"
+
+
+def _error(response) -> APIError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    err = body.get("error") if isinstance(body, dict) else None
+    hint = retry_after_s(err.get("retry_after_ms") if isinstance(err, dict) else None,
+                         response.headers.get("Retry-After"))
+    hint_ms = None if hint is None else int(hint * 1000)
+    cls = api_error_class(response.status_code)
+    if isinstance(err, dict) and isinstance(err.get("code"), str):
+        return cls(str(err.get("message") or ""), code=err["code"], status=response.status_code,
+                   retryable=bool(err.get("retryable")), retry_after_ms=hint_ms,
+                   details=err.get("details"))
+    # Not our envelope: a proxy or load balancer answered.
+    text = (response.text or "").strip()[:200] or response.reason or "error without a body"
+    return cls(text, code=f"http_{response.status_code}", status=response.status_code,
+               retryable=response.status_code == 429 or response.status_code >= 500,
+               retry_after_ms=hint_ms)
+
+
+class Transport:
+    """Sends JSON calls to ``{base}/api/v1/...`` with retries.
+
+    ``interrupt`` (a threading.Event) cuts a retry pause short: the renewal
+    thread passes its stop event so that ``close()`` never waits out a backoff.
+    """
+
+    def __init__(self, url: str, token: str, client_version: str, *, allow_http: bool = False,
+                 session: requests.Session | None = None, retry: RetryPolicy | None = None,
+                 timeout_s: float = READ_TIMEOUT_S, rng: random.Random | None = None):
+        token = (token or "").strip()
+        if not token or not token.isascii() or not token.isprintable() or " " in token:
+            raise ValueError("token must be a non-empty printable ASCII string")
+        if not client_version or not str(client_version).isprintable():
+            raise ValueError("client_version is required")
+        self.base = base_url(url, allow_http=allow_http)
+        self.retry = retry or RetryPolicy()
+        self.timeout_s = timeout_s
+        self._auth = _Bearer(token)
+        self._owns_session = session is None
+        self._session = session or requests.Session()
+        self._headers = {CLIENT_VERSION_HEADER: str(client_version), "Accept": "application/json",
+                         "User-Agent": f"{USER_AGENT} {client_version}"}
+        self._rng = rng or random.Random()
+        self._never = threading.Event()
+        # The master's clock minus ours, from the last Date header: lease
+        # times are the master's UNIX seconds.
+        self.server_offset_s: float | None = None
+
+    def close(self) -> None:
+        if self._owns_session:
+            self._session.close()
+
+    def call(self, method: str, path: str, body: dict | None = None, *,
+             extra_read_s: float = 0.0, interrupt: threading.Event | None = None,
+             deadline: float | None = None) -> dict:
+        """Send one call, retrying what may be retried; return the JSON object.
+
+        ``deadline`` (monotonic) ends the retries early: a renewal is useless
+        once the lease it would renew is gone.
+
+        Raises:
+            APIError (a subclass by status), TransportError, ProtocolError.
+        """
+        url = f"{self.base}/api/v1/{path}"
+        for attempt in range(self.retry.attempts):
+            last = attempt + 1 == self.retry.attempts
+            try:
+                return self._once(method, url, body, extra_read_s)
+            except (APIError, TransportError) as exc:
+                pause = None if last else self._pause(exc, attempt)
+                if pause is None or (deadline is not None and time.monotonic() + pause > deadline):
+                    raise
+            if (interrupt or self._never).wait(pause):
+                raise TransportError(f"{method} {path}: interrupted while waiting to retry")
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
+    def _pause(self, exc: FleetHQError, attempt: int) -> float | None:
+        """Seconds to wait before trying again, or None: do not retry."""
+        backoff = self.retry.backoff(attempt, self._rng)
+        if isinstance(exc, TransportError):
+            return backoff if exc.retryable else None
+        if not (exc.status == 429 or exc.status >= 500):
+            return None  # any other 4xx would only be refused again
+        if exc.retry_after_ms is None:
+            return backoff
+        wanted = exc.retry_after_ms / 1000.0
+        if wanted > self.retry.max_retry_after_s:
+            return None
+        # A little over the hint: the token exists by then, and workers told
+        # the same instant spread out. A 5xx also keeps its own backoff.
+        return max(wanted * (1.0 + 0.1 * self._rng.random()),
+                   backoff if exc.status >= 500 else 0.0)
+
+    def _once(self, method: str, url: str, body: dict | None, extra_read_s: float) -> dict:
+        try:
+            response = self._session.request(
+                method, url, json=body, headers=self._headers, auth=self._auth,
+                timeout=(CONNECT_TIMEOUT_S, self.timeout_s + extra_read_s),
+                # A redirect would carry the token to wherever Location says.
+                allow_redirects=False)
+        except requests.exceptions.SSLError as exc:
+            # A certificate that fails today fails the same way in a second.
+            raise TransportError(f"{method} {url}: {exc}", retryable=False) from exc
+        except _NETWORK_ERRORS as exc:
+            raise TransportError(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
+        except requests.RequestException as exc:
+            raise ProtocolError(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
+        self._note_date(response.headers.get("Date"))
+        status = response.status_code
+        if status == 429 or status >= 500:
+            # Retryable answers often come from a proxy that knows nothing of
+            # no-store; nothing in them is used but the pause hint.
+            raise _error(response)
+        if 300 <= status < 400:
+            raise ProtocolError(f"master answered {status} redirect to "
+                                f"{response.headers.get('Location', '?')!r}; not following it "
+                                "with the token (point the SDK at the final URL)")
+        check_not_cacheable(response)
+        if status >= 400:
+            raise _error(response)
+        try:
+            data = response.json()
+        except ValueError:
+            raise ProtocolError(f"{method} {url}: answer {status} is not JSON") from None
+        if not isinstance(data, dict):
+            raise ProtocolError(f"{method} {url}: answer is not a JSON object")
+        return data
+
+    def _note_date(self, header: str | None) -> None:
+        if not header:
+            return
+        try:
+            self.server_offset_s = parsedate_to_datetime(header).timestamp() - time.time()
+        except (TypeError, ValueError):
+            pass
