@@ -90,7 +90,7 @@ def upload(attempt_id):
     cfg = current_app.config
     worker = _caller_worker()
     meta = ingest.parse_headers(request.headers, request.content_length,
-                                min_bytes=cfg["UPLOAD_MIN_BYTES"], max_bytes=cfg["UPLOAD_MAX_BYTES"])
+                                max_bytes=cfg["UPLOAD_MAX_BYTES"])
     attempt = _attempt_id(attempt_id)
     sock = request.environ.get("gunicorn.socket") or request.environ.get("werkzeug.socket")
     status_code, _ = ingest.receive(

@@ -65,7 +65,8 @@ _CLAIM_SQL = """
 WITH {fresh_cte} picked AS (
     SELECT id, deadline_at FROM jobs
     WHERE project_id = :p AND state = 'todo' AND not_before <= now()
-      AND (deadline_at IS NULL OR deadline_at > now()) {type_filter} {prefer_filter}
+      AND (deadline_at IS NULL OR deadline_at > now()) {type_filter} {prefer_filter} {pdf_filter}
+      AND {worker_allowed}
     ORDER BY {order}
     LIMIT :n
     FOR UPDATE SKIP LOCKED
@@ -109,11 +110,28 @@ _PREFER_NEW = """AND (attempts_count = 0
                                        AND a2.worker_owner IS NOT DISTINCT FROM f.owner)))"""
 
 
-def _claim_sql(order: str, accept_types: tuple[str, ...], prefer_new_worker: bool = False) -> str:
+# The worker's standing is re-checked inside the claim itself, so a claim
+# racing a drain or revoke can never hand out work after the decision.
+_WORKER_ALLOWED = """CASE WHEN CAST(:o AS text) IS NULL
+        THEN EXISTS (SELECT 1 FROM fleet_nodes WHERE id = :w AND status = 'active')
+        ELSE NOT EXISTS (SELECT 1 FROM token_workers
+                         WHERE user_id = :o AND worker_id = :w AND status <> 'active') END"""
+
+# DESIGN §12: a pdf job is tried by at most this many distinct workers.
+PDF_DISTINCT_WORKERS = 3
+_PDF_DISTINCT = f"""AND (attempts_count < {PDF_DISTINCT_WORKERS}
+      OR (SELECT count(DISTINCT (a.worker_id, a.worker_owner)) FROM attempts a
+          WHERE a.job_id = jobs.id) < {PDF_DISTINCT_WORKERS})"""
+
+
+def _claim_sql(order: str, accept_types: tuple[str, ...], prefer_new_worker: bool = False,
+               pdf: bool = False) -> str:
     type_filter = "" if set(accept_types) >= {"seed", "asset"} else "AND type = ANY(:types)"
     return _CLAIM_SQL.format(order=_ORDERS[order], type_filter=type_filter,
                              fresh_cte=_FRESH_WORKERS if prefer_new_worker else "",
-                             prefer_filter=_PREFER_NEW if prefer_new_worker else "")
+                             prefer_filter=_PREFER_NEW if prefer_new_worker else "",
+                             pdf_filter=_PDF_DISTINCT if pdf else "",
+                             worker_allowed=_WORKER_ALLOWED)
 
 
 def _wire_job(row) -> dict:
@@ -207,7 +225,8 @@ def claim(project: Project, worker: Worker, *, max_jobs: int, lease_seconds: int
                 raise RateLimited("project dispatch rate exceeded", retry_after_ms=delay,
                                   details={"dispatch_qps": project.dispatch_qps})
             return ClaimResult([], 0, project.policy_version)
-    sql = text(_claim_sql(project.claim_order, accept_types, project.prefer_new_worker))
+    sql = text(_claim_sql(project.claim_order, accept_types, project.prefer_new_worker,
+                          project.kind == "pdf"))
     params = {"p": project.id, "w": worker.worker_id, "o": worker.owner, "n": want,
               "lease": float(lease_seconds), "attempt_timeout": project.attempt_timeout_seconds,
               "types": list(accept_types), "fresh_s": float(fresh_after_s)}
@@ -464,10 +483,6 @@ def reap_expired(project_id: str | None = None, *, limit: int = 1000) -> int:
         wakeups.notify(pid)
     return sum(r[2] for r in rows)
 
-
-# DESIGN §12: at most this many distinct workers try one pdf job; then it
-# fails as "no eligible worker left".
-PDF_DISTINCT_WORKERS = 3
 
 _FAIL_TRIED_OUT_SQL = """
 WITH tried_out AS (

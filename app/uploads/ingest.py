@@ -17,6 +17,8 @@ import socket
 import time
 from dataclasses import dataclass
 
+from werkzeug.exceptions import ClientDisconnected
+
 from app.errors import FleetError, InvalidRequest, TooLarge
 from app.uploads import spool as spool_mod
 from app.uploads import transitions
@@ -49,7 +51,7 @@ class UploadHeaders:
     download_result: dict | None
 
 
-def parse_headers(headers, content_length: int | None, *, min_bytes: int, max_bytes: int) -> UploadHeaders:
+def parse_headers(headers, content_length: int | None, *, max_bytes: int) -> UploadHeaders:
     """Everything that can be refused before a byte of the body is read."""
     sha = (headers.get("X-PDF-SHA256") or "").lower()
     if not _SHA256.match(sha):
@@ -63,8 +65,6 @@ def parse_headers(headers, content_length: int | None, *, min_bytes: int, max_by
     if content_length is None or content_length != size:
         raise InvalidRequest("Content-Length must be present and equal X-PDF-Size",
                              details={"field": "Content-Length"})
-    if size < min_bytes:
-        raise InvalidUpload(f"a PDF must be at least {min_bytes} bytes", details={"reason": "too_small"})
     result = None
     if headers.get("X-Download-Result"):
         encoded = headers["X-Download-Result"]
@@ -105,6 +105,8 @@ def _stream_to(fd: int, stream, size: int, deadline: float, sock) -> str:
             chunk = stream.read(min(CHUNK, left))
         except (socket.timeout, TimeoutError):
             raise TimeoutError("upload budget exhausted") from None
+        except ClientDisconnected:  # werkzeug's server: short body or read timeout
+            raise ConnectionError("client closed the upload early") from None
         if not chunk:
             raise ConnectionError("client closed the upload early")
         digest.update(chunk)
@@ -120,6 +122,13 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
     admission = transitions.admit(attempt_id, worker, meta.sha256, meta.size, spool)
     if admission.action == "receipt":
         return (200 if admission.state == "done" else 202), {"state": admission.state}
+    if meta.size < min_bytes:
+        # Refused before reading the body, but like every permanent problem it
+        # fails the attempt so the job goes back to the queue at once.
+        message = f"a PDF must be at least {min_bytes} bytes"
+        transitions.reject(attempt_id, admission.generation,
+                           {"code": "invalid_pdf", "message": message, "reason": "too_small"})
+        raise InvalidUpload(message, details={"reason": "too_small"})
     deadline = time.monotonic() + admission.deadline_s
     part, fd = spool.create_exclusive(attempt_id, admission.generation)
     try:
@@ -133,6 +142,9 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
         err = InvalidRequest(f"upload interrupted: {exc}")
         err.retryable = True
         raise err from None
+    except BaseException:
+        spool_mod.remove_quietly(part)
+        raise
     streamed = time.monotonic()
     try:
         if digest != meta.sha256:

@@ -56,7 +56,7 @@ def _lock(attempt_id: int):
                p.kind, p.upload_timeout_seconds,
                extract(epoch FROM j.deadline_at - now()) AS job_left_s
         FROM attempts a JOIN jobs j ON j.id = a.job_id JOIN projects p ON p.id = a.project_id
-        WHERE a.id = :a FOR UPDATE OF j"""), {"a": attempt_id}).mappings().first()
+        WHERE a.id = :a FOR UPDATE OF j, a"""), {"a": attempt_id}).mappings().first()
 
 
 def admit(attempt_id: int, worker: Worker, sha256: str, size: int, spool) -> Admission:
@@ -69,7 +69,11 @@ def admit(attempt_id: int, worker: Worker, sha256: str, size: int, spool) -> Adm
         ``SpoolFull`` when the quota is exhausted.
     """
     row = _lock(attempt_id)
-    if row is None or row["worker_id"] != worker.worker_id or row["worker_owner"] != worker.owner:
+    # Token workers upload with their user's token and no worker id: the
+    # user owns all of its workers' attempts.
+    mine = row is not None and row["worker_owner"] == worker.owner \
+        and worker.worker_id in (None, row["worker_id"])
+    if not mine:
         db.session.rollback()
         raise Conflict("no such attempt for this worker", code="stale_attempt")
     if row["kind"] != "pdf":
@@ -136,8 +140,8 @@ def admit(attempt_id: int, worker: Worker, sha256: str, size: int, spool) -> Adm
             size = EXCLUDED.size, generation = uploads.generation + 1,
             reserved_bytes = EXCLUDED.reserved_bytes, upload_deadline_at = EXCLUDED.upload_deadline_at,
             error = NULL, updated_at = now()
-        """), {"a": attempt_id, "j": row["job_id"], "p": row["project_id"], "w": worker.worker_id,
-               "o": worker.owner, "sha": sha256, "size": size, "b": budget})
+        """), {"a": attempt_id, "j": row["job_id"], "p": row["project_id"], "w": row["worker_id"],
+               "o": row["worker_owner"], "sha": sha256, "size": size, "b": budget})
     generation = db.session.execute(text("SELECT generation FROM uploads WHERE attempt_id = :a"),
                                     {"a": attempt_id}).scalar()
     db.session.commit()
@@ -284,11 +288,14 @@ def expire_abandoned(limit: int = 500) -> int:
     """Uploads whose attempt is no longer uploading (lease ran out, cancelled):
     mark them expired and free their quota. Commits."""
     rows = db.session.execute(text("""
+        WITH gone AS (
+            SELECT u.attempt_id FROM uploads u JOIN attempts a ON a.id = u.attempt_id
+            WHERE u.state = 'uploading' AND a.state <> 'uploading'
+            LIMIT :n FOR UPDATE OF u SKIP LOCKED
+        )
         UPDATE uploads u SET state = 'expired', updated_at = now(),
             error = jsonb_build_object('code', 'timeout', 'message', 'upload did not finish in time')
-        FROM attempts a
-        WHERE u.attempt_id = a.id AND u.state = 'uploading' AND a.state <> 'uploading'
-          AND u.attempt_id IN (SELECT attempt_id FROM uploads WHERE state = 'uploading' LIMIT :n)
+        FROM gone WHERE u.attempt_id = gone.attempt_id AND u.state = 'uploading'
         RETURNING u.attempt_id, u.reserved_bytes"""), {"n": limit}).all()
     for attempt_id, reserved in rows:
         spool_mod.release(reserved)
