@@ -45,9 +45,9 @@ def deliver_hook(delivery_id: int):
 
     from app.hooks import deliveries
     from app.uploads import downloads
-    store = _store()
-    deliveries.deliver(int(delivery_id),
-                       lambda key: downloads.url_for(store, current_app.config, key))
+    store, config = _store(), current_app.config
+    deliveries.deliver(int(delivery_id), lambda key: downloads.url_for(store, config, key),
+                       secret_key=config["SECRET_KEY"], public_url=config.get("PUBLIC_URL"))
 
 
 @dramatiq.actor(queue_name="maintenance", max_retries=0, time_limit=120_000)

@@ -8,6 +8,7 @@ Consumers must coalesce duplicates: a delivery may arrive more than once.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -45,7 +46,15 @@ def queue_for_asset(project_id: str, attempt_id: int, asset_key: str) -> int:
     return len(ids)
 
 
-def _payload(delivery_id: int, download_url_for) -> tuple[dict, str, str] | None:
+def callback_token(secret_key: str, delivery_id: int) -> str:
+    """The delivery's callback token: the same on every (re)delivery, so a
+    consumer that coalesces duplicates can confirm with whichever it kept."""
+    mac = hmac.new(secret_key.encode(), f"hook-callback:{delivery_id}".encode(), hashlib.sha256).digest()
+    return CALLBACK_PREFIX + base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+
+
+def _payload(delivery_id: int, download_url_for, secret_key: str,
+             public_url: str) -> tuple[dict, str, str] | None:
     row = db.session.execute(text("""
         SELECT d.id, d.state, d.attempt_id, d.asset_key, d.project_id, c.url, c.secret, c.enabled,
                u.canonical_key, u.sha256, u.size, u.job_id
@@ -60,7 +69,7 @@ def _payload(delivery_id: int, download_url_for) -> tuple[dict, str, str] | None
             "updated_at = now() WHERE id = :d AND state = 'pending'"), {"d": delivery_id})
         return None
     url, expires_at = download_url_for(row["asset_key"])
-    callback = tokens.new_secret(CALLBACK_PREFIX)
+    callback = callback_token(secret_key, delivery_id)
     db.session.execute(text("UPDATE hook_deliveries SET callback_token_hash = :h WHERE id = :d"),
                        {"h": tokens.digest(callback), "d": delivery_id})
     payload = {
@@ -69,18 +78,24 @@ def _payload(delivery_id: int, download_url_for) -> tuple[dict, str, str] | None
         "asset_key": row["asset_key"], "canonical_key": row["canonical_key"],
         "sha256": row["sha256"], "size": row["size"],
         "download_url": url, "download_expires_at": expires_at,
-        "callback_url": f"/api/v1/hooks/deliveries/{row['id']}/complete",
+        "callback_url": f"{public_url}/api/v1/hooks/deliveries/{row['id']}/complete",
         "callback_token": callback,
     }
     return payload, row["url"], row["secret"]
 
 
-def deliver(delivery_id: int, download_url_for, *, timeout_s: float = 10.0) -> str | None:
+def deliver(delivery_id: int, download_url_for, *, secret_key: str, public_url: str | None = None,
+            timeout_s: float = 10.0) -> str | None:
     """Attempt one delivery. No transaction is open during the HTTP call.
+
+    Parameters:
+        download_url_for: object key → (url, expires_at).
+        secret_key: derives the delivery's stable callback token.
+        public_url: the master's external base URL for the callback link.
 
     Returns the new state, or None when there was nothing to do.
     """
-    prepared = _payload(delivery_id, download_url_for)
+    prepared = _payload(delivery_id, download_url_for, secret_key, (public_url or "").rstrip("/"))
     db.session.commit()
     if prepared is None:
         outbox.done("hook_delivery", delivery_id)
@@ -135,9 +150,10 @@ def confirm(delivery_id: int, callback_token: str) -> dict:
         raise InvalidToken("invalid callback token")
     if row[0] == "delivered":
         return {"delivery_id": str(delivery_id), "state": "delivered"}  # replayed callback
+    # A fast consumer may call back before its 202 answer was recorded (pending).
     moved = db.session.execute(text(
         "UPDATE hook_deliveries SET state = 'delivered', delivered_at = now(), updated_at = now() "
-        "WHERE id = :d AND state = 'awaiting_callback'"), {"d": delivery_id}).rowcount
+        "WHERE id = :d AND state IN ('pending', 'awaiting_callback')"), {"d": delivery_id}).rowcount
     if not moved:
         raise Conflict(f"delivery is {row[0]}", code="invalid_transition")
     db.session.commit()
@@ -152,6 +168,8 @@ def retry_now(delivery_id: int) -> dict:
         {"d": delivery_id}).first()
     if moved is None:
         raise NotFound("no such delivery, or it was delivered")
+    # A manual retry starts a fresh series of tries.
+    db.session.execute(text("UPDATE hook_deliveries SET tries = 0 WHERE id = :d"), {"d": delivery_id})
     db.session.execute(text(
         "UPDATE outbox SET due_at = now() WHERE topic = 'hook_delivery' AND ref = :d AND done_at IS NULL"),
         {"d": delivery_id})

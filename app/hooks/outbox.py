@@ -41,10 +41,20 @@ def retry_later(topic: str, ref: int, error: str) -> int:
         {"t": topic, "r": ref, "e": error[:2000], "cap": MAX_BACKOFF_S}).scalar() or 0
 
 
+# A re-sent row is not due again for this long: its hint is queued or being
+# worked on, and re-sending every reconcile tick would pile up duplicates.
+RESEND_LEASE_S = 120
+
+
 def due(limit: int = 500) -> list[tuple[str, int]]:
+    """Claim the rows that are due for a re-send (pushing them back by the
+    re-send lease). Commits."""
     rows = db.session.execute(text(
-        "SELECT topic, ref FROM outbox WHERE done_at IS NULL AND due_at <= now() "
-        "ORDER BY due_at LIMIT :n"), {"n": limit}).all()
+        "UPDATE outbox SET due_at = now() + make_interval(secs => :lease) WHERE id IN ("
+        "  SELECT id FROM outbox WHERE done_at IS NULL AND due_at <= now() "
+        "  ORDER BY due_at LIMIT :n FOR UPDATE SKIP LOCKED) RETURNING topic, ref"),
+        {"n": limit, "lease": RESEND_LEASE_S}).all()
+    db.session.commit()
     return [(r[0], r[1]) for r in rows]
 
 

@@ -1,4 +1,153 @@
-"""Admin pages (placeholder: being built)."""
-from flask import Blueprint
+"""Admin pages (DESIGN §10): one blueprint, its views split along their seams
+into ``admin_dashboard``, ``admin_projects``, ``admin_enqueue``, ``admin_jobs``,
+``admin_workers``, ``admin_users`` and ``admin_hooks``.
+
+Every view keeps one rhythm (STYLE.md): GET renders; POST validates, calls one
+service, flashes and redirects with 303. A domain error (an invalid
+transition, a bad field) becomes a flashed message on the page the admin came
+from, never a 500.
+
+Secrets shown once (enrollment credentials, machine tokens, hook secrets) are
+the one exception: they are rendered straight from the POST, never stored in
+the session cookie (signed, not encrypted) and never shown again by a reload.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+from flask import (Blueprint, abort, flash, make_response, redirect, render_template, request,
+                   url_for)
+
+from app.errors import FleetError, InvalidRequest
+from app.extensions import db
+from app.pages.auth import admin_required, current_user
 
 bp = Blueprint("admin", __name__, url_prefix="/admin")
+
+
+@bp.before_request
+@admin_required
+def _admins_only():
+    """Gate every admin route in one place, including routes added later."""
+    return None
+
+
+@bp.before_request
+def _refuse_nul():
+    """PostgreSQL text cannot hold NUL characters: such input is malformed
+    (400), not a reason for a database error and a 500."""
+    fields = [*(request.view_args or {}).values(), *request.args.values()]
+    if request.method == "POST":
+        fields += [v for values in request.form.listvalues() for v in values]
+    if any("\x00" in str(value) for value in fields):
+        abort(400)
+
+
+def actor() -> str:
+    return current_user.id
+
+
+def go(endpoint: str, **values):
+    return redirect(url_for(endpoint, **values), code=303)
+
+
+def done(message: str, endpoint: str, **values):
+    flash(message, "success")
+    return go(endpoint, **values)
+
+
+def refuse(message: str, endpoint: str, **values):
+    flash(message, "error")
+    return go(endpoint, **values)
+
+
+def explain(exc: FleetError) -> str:
+    """A domain error as one sentence an admin can act on."""
+    message = exc.message
+    details = exc.details or {}
+    if details.get("line"):
+        message += f" (line {details['line']})"
+    if "committed" in details:
+        message += f"; {details['committed']} jobs were committed before the error"
+    return message
+
+
+def attempt(call, success, endpoint: str, **values):
+    """Run one service call; flash its outcome and redirect (303) either way.
+
+    Parameters:
+        call: a no-argument callable that calls the service.
+        success: the message, or a callable building it from the result.
+    """
+    try:
+        result = call()
+    except FleetError as exc:
+        db.session.rollback()
+        return refuse(explain(exc), endpoint, **values)
+    return done(success(result) if callable(success) else success, endpoint, **values)
+
+
+def shown_once(template: str, **context):
+    response = make_response(render_template(template, **context))
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def decimal_id(raw, field: str = "job_id") -> int:
+    """A job, attempt or delivery id from a form or URL (decimal, ≤ 18 digits)."""
+    raw = (raw or "").strip()
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
+        raise InvalidRequest(f"{field} must be a decimal id", details={"field": field})
+    return int(raw)
+
+
+@bp.app_template_filter("admin_ago")
+def _ago(epoch) -> str:
+    """Seconds since a UNIX time, rounded for people: '42 s', '5 min', '3 h', '2 d'."""
+    if epoch is None:
+        return "never"
+    return _age(time.time() - float(epoch)) + " ago"
+
+
+@bp.app_template_filter("admin_age")
+def _age(seconds) -> str:
+    if seconds is None:
+        return "—"
+    seconds = max(0, float(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+@bp.app_template_filter("admin_bytes")
+def _bytes(size) -> str:
+    if size is None:
+        return "—"
+    size = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+@bp.app_template_filter("admin_time")
+def _time(epoch) -> str:
+    if epoch is None:
+        return "—"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(epoch)))
+
+
+@bp.app_template_filter("admin_json")
+def _json(value) -> str:
+    """JSON for reading (attr, outcome, error); the template escapes it as text."""
+    if value is None:
+        return ""
+    return json.dumps(value, indent=1, ensure_ascii=False, sort_keys=True)
+
+
+# The route modules register their views on ``bp`` when imported.
+from app.pages import (admin_dashboard, admin_enqueue, admin_hooks, admin_jobs,  # noqa: E402,F401
+                       admin_projects, admin_users, admin_workers)

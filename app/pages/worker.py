@@ -1,4 +1,103 @@
-"""The worker's own page (placeholder: being built)."""
-from flask import Blueprint
+"""``/worker``: an active user's own page — the worker ids their machine
+token has run as, and the token itself (generate/rotate, revoke).
+
+A new token is rendered in the POST response itself, with ``no-store``: a
+redirect would need it in the (signed, readable) cookie or the database.
+"""
+from __future__ import annotations
+
+import time
+
+from flask import Blueprint, current_app, flash, redirect, render_template, url_for
+from sqlalchemy import text
+
+from app.accounts import service as accounts
+from app.extensions import db
+from app.pages.auth import current_user, login_required_active
 
 bp = Blueprint("worker_pages", __name__, url_prefix="/worker")
+
+# A user runs a handful of workers; the cap only guards the page against
+# an accident (a script inventing a worker id per run).
+MAX_WORKERS_SHOWN = 200
+
+_WORKERS = text("""
+SELECT worker_id, status, extract(epoch FROM last_seen_at), extract(epoch FROM last_heartbeat_at),
+       capacity, browser_ok, last_error
+FROM token_workers WHERE user_id = :u
+ORDER BY last_seen_at DESC LIMIT :n
+""")
+
+
+def _age(epoch, now: float) -> str:
+    if epoch is None:
+        return "never"
+    seconds = max(0, int(now - float(epoch)))
+    if seconds < 120:
+        return f"{seconds} s ago"
+    if seconds < 7200:
+        return f"{seconds // 60} min ago"
+    if seconds < 172800:
+        return f"{seconds // 3600} h ago"
+    return f"{seconds // 86400} d ago"
+
+
+def _stamp(epoch) -> str | None:
+    return None if epoch is None else time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(float(epoch)))
+
+
+def own_workers(user_id: str) -> list[dict]:
+    stale_s = current_app.config["WORKER_STALE_S"]
+    now = time.time()
+    rows = db.session.execute(_WORKERS, {"u": user_id, "n": MAX_WORKERS_SHOWN}).all()
+    return [{"worker_id": r[0], "status": r[1], "last_seen": _age(r[2], now),
+             "last_heartbeat": _age(r[3], now), "last_heartbeat_at": _stamp(r[3]),
+             "stale": r[3] is None or now - float(r[3]) > stale_s,
+             "capacity": r[4], "browser_ok": r[5], "last_error": r[6]} for r in rows]
+
+
+def _token_view(user_id: str) -> dict:
+    meta = accounts.token_metadata(user_id)
+    return {"exists": meta["exists"], "created_at": _stamp(meta["created_at"]),
+            "last_used_at": _stamp(meta["last_used_at"])}
+
+
+def _page(new_token: str | None = None):
+    uid = current_user.id
+    return render_template("worker/index.html", workers=own_workers(uid), token=_token_view(uid),
+                           new_token=new_token, max_workers=MAX_WORKERS_SHOWN,
+                           master_url=_master_url())
+
+
+def _master_url() -> str:
+    public = current_app.config.get("PUBLIC_URL")
+    return (public or url_for("auth.root", _external=True)).rstrip("/")
+
+
+@bp.get("")
+@login_required_active
+def index():
+    return _page()
+
+
+@bp.get("/workers")
+@login_required_active
+def workers_fragment():
+    """The worker table alone, for the page's periodic fetch refresh."""
+    return render_template("worker/_workers.html", workers=own_workers(current_user.id),
+                           max_workers=MAX_WORKERS_SHOWN)
+
+
+@bp.post("/token")
+@login_required_active
+def rotate_token():
+    secret = accounts.rotate_token(current_user.id)
+    return _page(new_token=secret)
+
+
+@bp.post("/token/revoke")
+@login_required_active
+def revoke_token():
+    accounts.revoke_token(current_user.id)
+    flash("Machine token revoked: workers using it stop at their next request.", "info")
+    return redirect(url_for("worker_pages.index"), 303)

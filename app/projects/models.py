@@ -116,7 +116,16 @@ class Job(db.Model):
 
 class Attempt(db.Model):
     __tablename__ = "attempts"
-    __table_args__ = (CheckConstraint(_in("state", ATTEMPT_STATES), name="state"),)
+    __table_args__ = (
+        CheckConstraint(_in("state", ATTEMPT_STATES), name="state"),
+        # Dashboard throughput and recent errors (migration 0004): bounded
+        # time-range scans instead of reading the whole table per page view.
+        Index("ix_attempts_project_created", "project_id", "created_at"),
+        Index("ix_attempts_project_done", "project_id", "finished_at",
+              postgresql_where=text("state = 'done'")),
+        Index("ix_attempts_failed_finished", "finished_at",
+              postgresql_where=text("state IN ('failed', 'expired')")),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     job_id: Mapped[int] = mapped_column(

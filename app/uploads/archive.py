@@ -58,8 +58,10 @@ def commit(attempt_id: int, store) -> str:
          "p": project_id, "j": job_id, "a": attempt_id})
     db.session.execute(text("UPDATE uploads SET canonical_key = :k WHERE attempt_id = :a"),
                        {"k": _canonical(value, sha256), "a": attempt_id})
-    transitions.complete(attempt_id, object_key)  # done receipt + hooks; commits
+    completed = transitions.complete(attempt_id, object_key)  # done receipt + hooks; commits
     outbox.done("archive_commit", attempt_id)
     db.session.commit()
+    if not completed:
+        return "skip"  # finished or expired meanwhile; nothing more to do
     spool_mod.remove_quietly(spool_file)
     return "done"

@@ -1,0 +1,130 @@
+"""Enqueue from the project page: pasted values, JSON Lines, and ``.zst``
+source files (``jobs-jsonl-zstd-v1``, streamed through the source importer).
+
+Pasted values and JSON Lines go in as one atomic batch of at most
+``MAX_JOBS`` jobs, like one API call: an identity conflict changes nothing.
+Larger lists belong in a ``.zst`` source file, which commits in batches and
+reports how far it got.
+"""
+from __future__ import annotations
+
+import json
+
+from flask import current_app, request
+
+from app.errors import InvalidJob, InvalidRequest, TooLarge
+from app.pages.admin import attempt, bp
+from app.projects import enqueue, service, source_import
+from workers.protocol import SpecError, default_job_id, normalize_jobspec
+from workers.source import Limits
+
+MAX_JOBS = 10_000
+
+
+def _result(result) -> str:
+    existing = result.submitted - result.inserted
+    return (f"{result.submitted} jobs submitted: {result.inserted} new"
+            + (f", {existing} already queued." if existing else "."))
+
+
+def _normalize(raw, mode: str, line: int) -> dict:
+    try:
+        return normalize_jobspec(raw, mode)
+    except SpecError as exc:
+        raise InvalidJob(f"line {line}: {exc}", details={"field": exc.field}) from None
+
+
+def _lines(text: str) -> list[tuple[int, str]]:
+    numbered = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1)]
+    numbered = [(n, line) for n, line in numbered if line]
+    if not numbered:
+        raise InvalidRequest("nothing to enqueue: the list is empty")
+    if len(numbered) > MAX_JOBS:
+        raise TooLarge(f"at most {MAX_JOBS} jobs at once; use a .zst source file for more")
+    return numbered
+
+
+def specs_from_values(text: str, mode: str, job_type: str) -> list[dict]:
+    """One job per non-empty line. ``external_id`` projects get the default
+    id ``j1_…`` of DESIGN §4.2, so pasting the same value twice is idempotent."""
+    specs = []
+    for n, value in _lines(text):
+        raw = {"value": value, "type": job_type}
+        if mode == "external_id":
+            raw["id"] = default_job_id(value, job_type)
+        specs.append(_normalize(raw, mode, n))
+    return specs
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite(raw: str) -> float:
+    value = float(raw)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {raw[:32]} is out of range")
+    return value
+
+
+def specs_from_jsonl(text: str, mode: str) -> list[dict]:
+    specs = []
+    for n, line in _lines(text):
+        try:
+            raw = json.loads(line, parse_constant=_reject_constant, parse_float=_finite)
+        except ValueError as exc:
+            raise InvalidJob(f"line {n}: not valid JSON ({exc})") from None
+        specs.append(_normalize(raw, mode, n))
+    return specs
+
+
+@bp.post("/projects/<project_id>/enqueue/values")
+def enqueue_values(project_id):
+    def run():
+        project = service.get(project_id)
+        job_type = request.form.get("type", "seed")
+        specs = specs_from_values(request.form.get("values", ""), project.identity_mode, job_type)
+        return enqueue.enqueue(project_id, specs)
+
+    return attempt(run, _result, "admin.project", project_id=project_id)
+
+
+def _jsonl_text() -> str:
+    upload = request.files.get("jsonl_file")
+    if upload is not None and upload.filename:
+        limit = current_app.config["ENQUEUE_BODY_LIMIT"]
+        data = upload.stream.read(limit + 1)
+        if len(data) > limit:
+            raise TooLarge(f"JSON Lines file exceeds {limit} bytes; use a .zst source file")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidJob("the file is not UTF-8 text") from None
+    return request.form.get("jsonl", "")
+
+
+@bp.post("/projects/<project_id>/enqueue/jsonl")
+def enqueue_jsonl(project_id):
+    def run():
+        project = service.get(project_id)
+        return enqueue.enqueue(project_id, specs_from_jsonl(_jsonl_text(), project.identity_mode))
+
+    return attempt(run, _result, "admin.project", project_id=project_id)
+
+
+@bp.post("/projects/<project_id>/enqueue/source")
+def enqueue_source(project_id):
+    cfg = current_app.config
+
+    def run():
+        upload = request.files.get("source")
+        if upload is None or not upload.filename:
+            raise InvalidRequest("choose a .zst source file to upload")
+        limits = Limits(max_compressed=cfg["SOURCE_MAX_COMPRESSED"],
+                        max_expanded=cfg["SOURCE_MAX_EXPANDED"], max_jobs=cfg["SOURCE_MAX_JOBS"],
+                        max_line=cfg["SOURCE_MAX_LINE"], max_window=cfg["SOURCE_MAX_WINDOW"])
+        return source_import.import_source(project_id, upload.stream, limits=limits,
+                                           batch_size=cfg["SOURCE_BATCH"])
+
+    return attempt(run, lambda r: f"Source imported: {r.jobs} jobs read, {r.inserted} new.",
+                   "admin.project", project_id=project_id)

@@ -1,0 +1,87 @@
+"""``/admin/hooks``: webhook consumers per project (add, enable, disable),
+deliveries and failures, and "retry now"."""
+from __future__ import annotations
+
+from flask import render_template, request
+
+from app.errors import FleetError, InvalidRequest
+from app.extensions import db
+from app.hooks import consumers, deliveries
+from app.hooks.models import DELIVERY_STATES
+from app.pages.admin import attempt, bp, decimal_id, explain, refuse, shown_once
+from app.projects import service
+
+DELIVERY_ROWS = 100
+FAILURE_ROWS = 20
+
+
+def _filters(project_ids: list[str]) -> tuple[str | None, str | None]:
+    project = request.args.get("project") or None
+    state = request.args.get("state") or None
+    if project is not None and project not in project_ids:
+        raise InvalidRequest(f"unknown project {project!r}")
+    if state is not None and state not in DELIVERY_STATES:
+        raise InvalidRequest(f"unknown delivery state {state!r}")
+    return project, state
+
+
+@bp.get("/hooks")
+def hooks():
+    project_ids = [p["id"] for p in service.list_summaries()]
+    try:
+        project, state = _filters(project_ids)
+    except InvalidRequest as exc:
+        return refuse(exc.message, "admin.hooks")
+    shown = [project] if project else project_ids
+    return render_template(
+        "admin/hooks.html", project_ids=project_ids, project=project, state=state,
+        states=DELIVERY_STATES, consumers={p: consumers.list_for(p) for p in shown},
+        deliveries=deliveries.list_deliveries(project_id=project, state=state, limit=DELIVERY_ROWS),
+        failures=deliveries.list_deliveries(project_id=project, state="failed", limit=FAILURE_ROWS))
+
+
+def _back():
+    values = {}
+    for name in ("project", "state"):
+        if request.form.get(f"back_{name}"):
+            values[name] = request.form[f"back_{name}"]
+    return values
+
+
+@bp.post("/hooks/consumers")
+def add_consumer():
+    project_id = request.form.get("project_id", "")
+    try:
+        service.get(project_id)  # the page names the project; the table's key would 500
+        consumer = consumers.create(project_id, request.form.get("name", "").strip(),
+                                    request.form.get("url", "").strip(),
+                                    request.form.get("secret", "").strip() or None)
+    except FleetError as exc:
+        db.session.rollback()
+        return refuse(explain(exc), "admin.hooks", **_back())
+    # The consumer verifies signatures with this secret: show it once.
+    return shown_once("admin/hook_secret.html", consumer=consumer)
+
+
+def _toggle(consumer_id, enabled: bool):
+    project_id = request.form.get("project_id", "")
+    word = "enabled" if enabled else "disabled"
+    return attempt(lambda: consumers.update(project_id, decimal_id(consumer_id, "consumer_id"),
+                                            enabled=enabled),
+                   lambda c: f"Consumer {c['name']} {word}.", "admin.hooks", **_back())
+
+
+@bp.post("/hooks/consumers/<consumer_id>/enable")
+def enable_consumer(consumer_id):
+    return _toggle(consumer_id, True)
+
+
+@bp.post("/hooks/consumers/<consumer_id>/disable")
+def disable_consumer(consumer_id):
+    return _toggle(consumer_id, False)
+
+
+@bp.post("/hooks/deliveries/<delivery_id>/retry")
+def retry_delivery(delivery_id):
+    return attempt(lambda: deliveries.retry_now(decimal_id(delivery_id, "delivery_id")),
+                   lambda d: f"Delivery {d['delivery_id']} is due now.", "admin.hooks", **_back())

@@ -1,0 +1,155 @@
+"""``/admin/projects``: the list, creation, and one project's page — policy
+form, status, counts (from the trigger-maintained counters), throughput and
+the cursor-paged, filtered job list."""
+from __future__ import annotations
+
+from flask import abort, render_template, request
+
+from app.errors import FleetError, InvalidRequest, NotFound
+from app.extensions import db
+from app.pages import admin_lookups, aggregates, charts
+from app.pages.admin import attempt, bp, done, explain, refuse
+from app.projects import jobs_admin, policy, service
+from app.projects.models import JOB_STATES
+
+PAGE_SIZE = 50
+NULLABLE_INTS = {"max_in_flight", "max_worker_in_flight", "task_timeout_seconds",
+                 "attempt_timeout_seconds"}
+INTS = {"max_jobs_per_claim", "max_resets", "recommended_lease_seconds", "retry_backoff_seconds",
+        "upload_timeout_seconds"} | NULLABLE_INTS
+RATES = {"dispatch_qps", "worker_claim_qps"}
+EDITABLE = tuple(f for f in policy.POLICY_FIELDS if f not in policy.FIXED_FIELDS)
+
+
+def _int(name: str, raw: str):
+    raw = raw.strip()
+    if not raw:
+        if name in NULLABLE_INTS:
+            return None
+        raise InvalidRequest(f"{name} is required", details={"field": name})
+    digits = raw[1:] if raw[:1] in "+-" else raw
+    if not digits.isascii() or not digits.isdigit() or len(digits) > 12:
+        raise InvalidRequest(f"{name} must be a whole number", details={"field": name})
+    return int(raw)
+
+
+def _rate(name: str, raw: str):
+    raw = raw.strip()
+    if not raw:
+        return None
+    try:
+        if len(raw) > 32:
+            raise ValueError(raw)
+        return float(raw)  # the service refuses inf, nan and values <= 0
+    except ValueError:
+        raise InvalidRequest(f"{name} must be a number or empty", details={"field": name}) from None
+
+
+def policy_from_form(form, allowed) -> dict:
+    """The policy fields present in a form, typed for ``policy.validate_fields``.
+
+    Only fields the form carries are returned, so a partial form (the status
+    buttons) changes only what it shows: PATCH semantics. A checkbox is
+    absent when unticked, so its form also carries ``<name>__shown``.
+    """
+    fields = {}
+    for name in allowed:
+        if name == "prefer_new_worker":
+            if "prefer_new_worker__shown" in form:
+                fields[name] = form.get(name) == "on"
+            continue
+        if name not in form:
+            continue
+        raw = form.get(name, "")
+        if name in INTS:
+            fields[name] = _int(name, raw)
+        elif name in RATES:
+            fields[name] = _rate(name, raw)
+        elif name == "client_versions":
+            fields[name] = [v.strip() for v in raw.splitlines() if v.strip()]
+        else:
+            fields[name] = raw.strip()
+    return fields
+
+
+@bp.get("/projects")
+def projects():
+    return render_template("admin/projects.html", projects=service.list_summaries(),
+                           states=JOB_STATES)
+
+
+@bp.post("/projects")
+def create_project():
+    project_id = request.form.get("id", "").strip()
+    try:
+        policy.validate_project_id(project_id)
+        if _exists(project_id):
+            raise InvalidRequest(f"project {project_id!r} already exists")
+        fields = policy_from_form(request.form, ("kind", "identity_mode", "client_versions"))
+        service.put(project_id, fields, partial=False)
+    except FleetError as exc:
+        db.session.rollback()
+        return refuse(explain(exc), "admin.projects")
+    return done(f"Project {project_id} created.", "admin.project", project_id=project_id)
+
+
+def _exists(project_id: str) -> bool:
+    try:
+        service.get(project_id)
+    except NotFound:
+        return False
+    return True
+
+
+def _filters():
+    """``status`` and ``after_job_id`` from the query string, validated."""
+    status = request.args.get("status") or None
+    if status is not None and not jobs_admin.valid_status(status):
+        raise InvalidRequest(f"unknown job state {status!r}", details={"field": "status"})
+    after = request.args.get("after_job_id") or None
+    if after is not None:
+        if not after.isascii() or not after.isdigit() or len(after) > 18:
+            raise InvalidRequest("after_job_id must be a decimal job id",
+                                 details={"field": "after_job_id"})
+        after = int(after)
+    return status, after
+
+
+@bp.get("/projects/<project_id>")
+def project(project_id):
+    try:
+        summary = service.summary(service.get(project_id))
+    except NotFound:
+        abort(404)
+    try:
+        status, after = _filters()
+    except InvalidRequest as exc:
+        return refuse(exc.message, "admin.project", project_id=project_id)
+    page = admin_lookups.job_page(project_id, status=status, after_job_id=after, limit=PAGE_SIZE)
+    _, per_minute = aggregates.throughput([project_id])
+    chart = charts.throughput({kind: per_minute[kind][project_id] for kind in aggregates.KINDS},
+                              title_suffix=f", {project_id}")
+    requeueable = [j["job_id"] for j in page["jobs"] if j["state"] in ("failed", "reset_exhausted")]
+    return render_template("admin/project.html", project=summary, page=page, status=status,
+                           after=after, states=JOB_STATES, charts=chart, requeueable=requeueable,
+                           editable=EDITABLE, policy_statuses=("active", "draining", "archived"))
+
+
+@bp.post("/projects/<project_id>/policy")
+def update_policy(project_id):
+    def save():
+        fields = policy_from_form(request.form, EDITABLE)
+        if not fields:
+            raise InvalidRequest("nothing to change")
+        return service.put(project_id, fields, partial=True)[0]
+
+    return attempt(save, lambda p: f"Policy saved (version {p.policy_version}, status {p.status}).",
+                   "admin.project", project_id=project_id)
+
+
+@bp.post("/projects/<project_id>/status")
+def update_status(project_id):
+    status = request.form.get("status", "")
+    return attempt(lambda: service.put(project_id, {"status": status}, partial=True)[0],
+                   lambda p: f"Project {p.id} is now {p.status}.", "admin.project",
+                   project_id=project_id)

@@ -1,0 +1,93 @@
+"""``/admin/users``: status (activate pending users), roles, machine tokens
+(rotate: shown once; revoke) and open browser sessions (sign out everywhere)."""
+from __future__ import annotations
+
+from flask import render_template, request
+
+from app.accounts import service as accounts
+from app.accounts.models import ROLES, USER_STATUSES
+from app.errors import InvalidRequest, NotFound
+from app.pages import admin_lookups, sessions
+from app.pages.admin import actor, attempt, bp, refuse, shown_once
+
+
+@bp.get("/users")
+def users():
+    rows = admin_lookups.users_overview()
+    pending = [r for r in rows if r["status"] == "pending"]
+    return render_template("admin/users.html", users=rows, pending=pending, roles=ROLES,
+                           statuses=USER_STATUSES, me=actor())
+
+
+def _guard_self(user_id: str, roles: list[str], status: str) -> None:
+    """An admin cannot lock themselves out by mistake; another admin can."""
+    if user_id == actor() and ("admin" not in roles or status != "active"):
+        raise InvalidRequest("you cannot remove your own admin role or deactivate yourself; "
+                             "ask another admin")
+
+
+@bp.post("/users")
+def create_user():
+    user_id = request.form.get("user_id", "").strip()
+    roles = request.form.getlist("roles")
+
+    def create():
+        try:
+            accounts.get_user(user_id)
+        except NotFound:
+            return accounts.put_user(user_id, roles, request.form.get("status", "active"))[0]
+        raise InvalidRequest(f"user {user_id!r} already exists")
+
+    return attempt(create, lambda u: f"User {u.id} created ({u.status}).", "admin.users")
+
+
+@bp.post("/users/<user_id>")
+def update_user(user_id):
+    roles = request.form.getlist("roles")
+    status = request.form.get("status", "")
+
+    def save():
+        accounts.get_user(user_id)
+        _guard_self(user_id, roles, status)
+        return accounts.put_user(user_id, roles, status)[0]
+
+    return attempt(save, lambda u: f"User {u.id}: {u.status}, roles "
+                                   f"{', '.join(u.roles) or 'none'}.", "admin.users")
+
+
+@bp.post("/users/<user_id>/activate")
+def activate_user(user_id):
+    def activate():
+        user = accounts.get_user(user_id)
+        if user.status == "active":
+            raise InvalidRequest(f"user {user_id!r} is already active")
+        # A pending user signed in as a worker; activating them is what lets them in.
+        roles = list(user.roles) or ["worker"]
+        return accounts.put_user(user_id, roles, "active")[0]
+
+    return attempt(activate, lambda u: f"User {u.id} is active; they can sign in now.",
+                   "admin.users")
+
+
+@bp.post("/users/<user_id>/token")
+def rotate_token(user_id):
+    try:
+        token = accounts.rotate_token(user_id)
+    except NotFound as exc:
+        return refuse(exc.message, "admin.users")
+    return shown_once("admin/token.html", user_id=user_id, token=token)
+
+
+@bp.post("/users/<user_id>/token/revoke")
+def revoke_token(user_id):
+    if request.form.get("confirm") != "yes":
+        return refuse("Tick the confirmation box to revoke the token.", "admin.users")
+    return attempt(lambda: accounts.revoke_token(user_id),
+                   f"Machine token of {user_id} revoked.", "admin.users")
+
+
+@bp.post("/users/<user_id>/sessions/end")
+def end_sessions(user_id):
+    return attempt(lambda: sessions.end_user_sessions(user_id),
+                   lambda n: f"{n} browser session{'s' if n != 1 else ''} of {user_id} ended.",
+                   "admin.users")

@@ -1,0 +1,100 @@
+"""``/admin/workers``: enrolled nodes and token workers, their health, and
+the fleet actions (approve, reject, drain, enable, revoke).
+
+Fleet actions need a human (DESIGN §11), so each one goes through a
+confirmation step: the worker's page shows the action with a checkbox that
+must be ticked; no JavaScript ``confirm()`` is involved.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from flask import abort, current_app, render_template, request
+
+from app.fleet import listing
+from app.fleet import service as fleet
+from app.pages import admin_lookups, aggregates
+from app.pages.admin import actor, attempt, bp, refuse, shown_once
+
+ENROLLMENT_VALID = timedelta(minutes=15)
+ERRORS_PER_WORKER = 3
+
+
+def _actions(kind: str, status: str) -> list[str]:
+    table = fleet.TRANSITIONS if kind == "node" else fleet.TOKEN_WORKER_TRANSITIONS
+    return [action for action, (allowed, _) in table.items() if status in allowed]
+
+
+@bp.get("/workers")
+def workers():
+    stale_s = current_app.config["WORKER_STALE_S"]
+    rows = listing.workers(stale_s)
+    errors: dict[tuple, list] = {}
+    for failure in aggregates.recent_failures(500):
+        key = (failure["worker_id"], failure["worker_owner"])
+        errors.setdefault(key, [])
+        if len(errors[key]) < ERRORS_PER_WORKER:
+            errors[key].append(failure)
+    for row in rows:
+        row["actions"] = _actions(row["kind"], row["status"])
+        row["recent_errors"] = errors.get((row["worker_id"], row["user_id"]), [])
+    return render_template("admin/workers.html", workers=rows, stale_after_s=stale_s,
+                           summary=aggregates.workers_summary(stale_s))
+
+
+def _find(kind: str, worker_id: str, user_id: str | None) -> dict:
+    for row in listing.workers(current_app.config["WORKER_STALE_S"]):
+        if row["kind"] == kind and row["worker_id"] == worker_id and row["user_id"] == user_id:
+            return row
+    abort(404)
+
+
+def _worker_page(kind: str, worker_id: str, user_id: str | None):
+    row = _find(kind, worker_id, user_id)
+    action = request.args.get("action")
+    actions = _actions(kind, row["status"])
+    return render_template(
+        "admin/worker.html", worker=row, actions=actions,
+        confirm=action if action in actions else None,
+        live_jobs=admin_lookups.live_jobs_of_worker(worker_id, user_id),
+        failures=aggregates.recent_failures(20, worker_id=worker_id, worker_owner=user_id),
+        stale_after_s=current_app.config["WORKER_STALE_S"])
+
+
+@bp.get("/workers/node/<node_id>")
+def node(node_id):
+    return _worker_page("node", node_id, None)
+
+
+@bp.get("/workers/token/<user_id>/<worker_id>")
+def token_worker(user_id, worker_id):
+    return _worker_page("token", worker_id, user_id)
+
+
+def _unconfirmed(action: str, endpoint: str, **values):
+    return refuse(f"Tick the box to confirm: {action}.", endpoint, action=action, **values)
+
+
+@bp.post("/workers/node/<node_id>/<action>")
+def decide_node(node_id, action):
+    if request.form.get("confirm") != "yes":
+        return _unconfirmed(action, "admin.node", node_id=node_id)
+    return attempt(lambda: fleet.decide(node_id, action, actor=actor()),
+                   lambda n: f"Node {n.name} ({n.id}) is now {n.status}.", "admin.workers")
+
+
+@bp.post("/workers/token/<user_id>/<worker_id>/<action>")
+def decide_token_worker(user_id, worker_id, action):
+    if request.form.get("confirm") != "yes":
+        return _unconfirmed(action, "admin.token_worker", user_id=user_id, worker_id=worker_id)
+    return attempt(lambda: fleet.decide_token_worker(user_id, worker_id, action),
+                   lambda w: f"Token worker {w.user_id}/{w.worker_id} is now {w.status}.",
+                   "admin.workers")
+
+
+@bp.post("/workers/enrollments")
+def create_enrollment():
+    credential = fleet.create_enrollment(actor(), valid_for=ENROLLMENT_VALID)
+    return shown_once("admin/enrollment.html", credential=credential,
+                      valid_minutes=int(ENROLLMENT_VALID.total_seconds() // 60),
+                      master_url=request.host_url.rstrip("/"))

@@ -1,0 +1,621 @@
+"""Post-archive webhooks (DESIGN §8 Hooks, issue 3): per-project consumers,
+one HMAC-signed JSON POST per enabled consumer and archived asset, retries
+with backoff up to 20 tries keeping the last error, 202 + completion
+callback, at-least-once delivery from the durable outbox (duplicates after a
+restart carry the same delivery id), signed download links, and the admin
+API that lists and retries deliveries.
+
+The consumers are real HTTP servers on 127.0.0.1; PostgreSQL is real, and
+the end-to-end tests run a real Dramatiq worker on real Redis.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+import pytest
+import requests
+
+from app.storage import content_key, from_config
+from tasks import actors
+from tests.conftest import free_port
+from tests.fleet_helpers import Node
+from tests.helpers import body
+from tests.test_archive import (Pipeline, Staged, commit_directly, hints,  # noqa: F401 (fixtures)
+                                idle_in_transaction, local_store, make_broker, moto, one, rows,
+                                run_worker, s3_store)
+
+SIGNATURE = "X-FleetHQ-Signature"
+TIMESTAMP = "X-FleetHQ-Timestamp"
+
+
+# ------------------------------------------------------------------ consumer
+
+
+class Consumer:
+    """A webhook consumer: records every request, answers ``status``.
+
+    ``during`` (if set) runs inside the request, before the answer is sent.
+    """
+
+    def __init__(self, status: int = 200):
+        self.status = status
+        self.during = None
+        self.requests: list[dict] = []
+        self._lock = threading.Lock()
+        consumer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                record = {"path": self.path, "headers": dict(self.headers.items()), "raw": raw}
+                try:
+                    record["json"] = json.loads(raw)
+                except ValueError:
+                    record["json"] = None
+                with consumer._lock:
+                    consumer.requests.append(record)
+                status = consumer.status
+                if consumer.during is not None:
+                    status = consumer.during(record) or status
+                payload = b"{}" if status < 300 else b"consumer is broken today"
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_port}/hooks/fleethq?src=test"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self._server.shutdown()
+        self._server.server_close()
+
+    def delivery_ids(self) -> list[str]:
+        return [r["json"]["delivery_id"] for r in self.requests]
+
+
+@pytest.fixture
+def consumers():
+    made = []
+
+    def make(status: int = 200) -> Consumer:
+        made.append(Consumer(status))
+        return made[-1]
+
+    yield make
+    for consumer in made:
+        consumer.close()
+
+
+# ------------------------------------------------------------------ helpers
+
+
+@pytest.fixture
+def pipeline(app, client, admin_token, tmp_path):
+    return Pipeline(app, client, admin_token, tmp_path)
+
+
+def add_consumer(pipeline: Pipeline, url: str, name: str = "indexer", **extra) -> dict:
+    response = pipeline.api.call("POST", f"/api/v1/admin/projects/{pipeline.project}/hooks",
+                                 {"name": name, "url": url, **extra})
+    assert response.status_code == 201, body(response)
+    return body(response)
+
+
+def archive(app, pipeline: Pipeline, value: str, seed: int) -> Staged:
+    staged = pipeline.stage(value, seed=seed)
+    assert commit_directly(app, staged.attempt_id) == "done"
+    return staged
+
+
+def deliver(app, delivery_id: int):
+    """One delivery attempt, as the deliver_hook actor makes it."""
+    from app.extensions import db
+    from app.hooks import deliveries
+    from app.uploads import downloads
+    with app.app_context():
+        store = from_config(app.config)
+        try:
+            return deliveries.deliver(
+                delivery_id, lambda key: downloads.url_for(store, app.config, key),
+                secret_key=app.config["SECRET_KEY"], public_url=app.config.get("PUBLIC_URL"))
+        finally:
+            db.session.remove()
+
+
+def delivery(app, delivery_id: int) -> dict:
+    return one(app, "SELECT state, tries, last_status, last_error, delivered_at, consumer_id "
+                    "FROM hook_deliveries WHERE id = :d", d=delivery_id)
+
+
+def outbox_rows(app, delivery_id: int) -> list[dict]:
+    return rows(app, "SELECT tries, last_error, due_at, done_at, due_at > now() AS later, "
+                     "extract(epoch FROM due_at - created_at) AS delay_s "
+                     "FROM outbox WHERE topic = 'hook_delivery' AND ref = :d ORDER BY id",
+                d=delivery_id)
+
+
+def delivery_ids(app) -> list[int]:
+    return [r["id"] for r in rows(app, "SELECT id FROM hook_deliveries ORDER BY id")]
+
+
+def expected_signature(secret: str, request: dict) -> str:
+    timestamp = request["headers"][TIMESTAMP]
+    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + request["raw"], hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
+
+
+def admin_list(pipeline: Pipeline, query: str = ""):
+    return pipeline.api.call("GET", f"/api/v1/admin/hooks/deliveries{query}")
+
+
+def callback(client, path: str, token: str | None):
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    return client.post(path, headers=headers)
+
+
+# ------------------------------------------------------------- signed POST
+
+
+def test_signed_delivery_carries_the_asset_and_a_working_download_link(
+        app, client, pipeline, consumers, hints, database_url):
+    consumer = consumers()
+    created = add_consumer(pipeline, consumer.url)
+    secret = created["secret"]
+    assert created["enabled"] is True and len(secret) >= 32
+    listed = body(pipeline.api.call("GET", f"/api/v1/admin/projects/{pipeline.project}/hooks"))
+    assert [c["consumer_id"] for c in listed["consumers"]] == [created["consumer_id"]]
+    assert "secret" not in listed["consumers"][0]  # shown once
+
+    staged = archive(app, pipeline, "10.1234/hooked", seed=1)
+    [delivery_id] = delivery_ids(app)
+    assert delivery(app, delivery_id)["state"] == "pending"
+    [outbox] = outbox_rows(app, delivery_id)
+    assert outbox["done_at"] is None and not outbox["later"]
+    assert ("deliver_hook", (delivery_id,)) in hints.recorder.enqueued  # hint after commit
+
+    open_during_post = []
+    consumer.during = lambda _: open_during_post.extend(idle_in_transaction(database_url))
+    assert deliver(app, delivery_id) == "delivered"
+    assert open_during_post == []  # no transaction held across the webhook call
+
+    [request] = consumer.requests
+    assert request["path"] == "/hooks/fleethq?src=test"
+    assert request["headers"]["Content-Type"] == "application/json"
+    payload = request["json"]
+    key = content_key(staged.sha256)
+    assert {k: payload[k] for k in ("delivery_id", "asset_key", "sha256", "size", "canonical_key")} \
+        == {"delivery_id": str(delivery_id), "asset_key": key, "sha256": staged.sha256,
+            "size": staged.size, "canonical_key": "doi:10.1234/hooked"}
+    assert payload["callback_url"] == f"/api/v1/hooks/deliveries/{delivery_id}/complete"
+    assert payload["callback_token"].startswith("fhqc_")
+    assert request["headers"]["X-FleetHQ-Delivery"] == str(delivery_id)
+
+    # The signature covers the timestamp and the exact body.
+    assert request["headers"][SIGNATURE] == expected_signature(secret, request)
+    assert abs(int(request["headers"][TIMESTAMP]) - time.time()) < 600
+    assert request["headers"][SIGNATURE] != expected_signature("another-secret-entirely", request)
+
+    # The download link serves the archived bytes without a token.
+    link = urlsplit(payload["download_url"])
+    assert link.path == f"/api/v1/assets/{key}"
+    path = f"{link.path}?{link.query}"
+    response = client.get(path)
+    assert response.status_code == 200
+    assert response.data == staged.data and response.mimetype == "application/pdf"
+    assert payload["download_expires_at"] > time.time()
+
+    # A tampered signature, another object, or an expired link: 403.
+    from app.uploads import downloads
+    params = dict(p.split("=", 1) for p in link.query.split("&"))
+    tampered = params["sig"][:-1] + ("0" if params["sig"][-1] != "0" else "1")
+    assert client.get(f"{link.path}?expires={params['expires']}&sig={tampered}").status_code == 403
+    other = content_key("ab" * 32)
+    assert client.get(f"/api/v1/assets/{other}?{link.query}").status_code == 403
+    assert client.get(link.path).status_code == 403
+    expired = downloads.signed_path(app.config["SECRET_KEY"], key, int(time.time()) - 5)
+    assert client.get(expired).status_code == 403
+    later = int(params["expires"]) + 3600  # a later expiry under the old signature
+    assert client.get(f"{link.path}?expires={later}&sig={params['sig']}").status_code == 403
+
+    row = delivery(app, delivery_id)
+    assert (row["state"], row["tries"], row["last_status"], row["last_error"]) == (
+        "delivered", 1, 200, None)
+    assert row["delivered_at"] is not None
+    assert outbox_rows(app, delivery_id)[0]["done_at"] is not None
+    # Delivered is final: another hint does nothing.
+    assert deliver(app, delivery_id) is None
+    assert len(consumer.requests) == 1
+
+
+# ---------------------------------------------------------------- retries
+
+
+def test_failing_consumer_retries_with_backoff_then_fails_then_admin_retry(
+        app, pipeline, consumers, hints):
+    consumer = consumers(status=500)
+    add_consumer(pipeline, consumer.url)
+    archive(app, pipeline, "10.1234/flaky", seed=2)
+    [delivery_id] = delivery_ids(app)
+
+    assert deliver(app, delivery_id) == "pending"
+    row = delivery(app, delivery_id)
+    assert (row["state"], row["tries"], row["last_status"]) == ("pending", 1, 500)
+    assert "500" in row["last_error"] and "consumer is broken today" in row["last_error"]
+    [first] = outbox_rows(app, delivery_id)
+    assert first["tries"] == 1 and first["delay_s"] >= 5 and first["done_at"] is None
+    assert "500" in first["last_error"]
+
+    assert deliver(app, delivery_id) == "pending"
+    [second] = outbox_rows(app, delivery_id)
+    assert second["tries"] == 2
+    # Exponential: the second wait is longer than the first.
+    gap = one(app, "SELECT extract(epoch FROM CAST(:b AS timestamptz) - CAST(:a AS timestamptz)) AS s",
+              a=first["due_at"], b=second["due_at"])["s"]
+    assert gap > 3
+
+    states = [deliver(app, delivery_id) for _ in range(18)]
+    assert states == ["pending"] * 17 + ["failed"]
+    row = delivery(app, delivery_id)
+    assert (row["state"], row["tries"], row["last_status"]) == ("failed", 20, 500)
+    assert "500" in row["last_error"]
+    assert [r["done_at"] is not None for r in outbox_rows(app, delivery_id)] == [True]
+    assert len(consumer.requests) == 20
+    assert set(consumer.delivery_ids()) == {str(delivery_id)}
+    assert deliver(app, delivery_id) is None  # failed is final until an admin retries
+    assert len(consumer.requests) == 20
+
+    failed = body(admin_list(pipeline, "?state=failed"))["deliveries"]
+    assert [(d["delivery_id"], d["state"], d["tries"], d["last_status"]) for d in failed] == [
+        (str(delivery_id), "failed", 20, 500)]
+    assert "500" in failed[0]["last_error"]
+    assert body(admin_list(pipeline, "?state=delivered"))["deliveries"] == []
+    assert admin_list(pipeline, "?state=bogus").status_code == 400
+
+    # The admin retries once the consumer is fixed.
+    consumer.status = 200
+    hints.recorder.enqueued.clear()
+    response = pipeline.api.call("POST", f"/api/v1/admin/hooks/deliveries/{delivery_id}/retry")
+    assert response.status_code == 200, body(response)
+    assert body(response)["state"] == "pending"
+    assert hints.recorder.enqueued == [("deliver_hook", (delivery_id,))]
+    fresh = [r for r in outbox_rows(app, delivery_id) if r["done_at"] is None]
+    assert len(fresh) == 1 and not fresh[0]["later"]  # due now: the reconciler would send it too
+    assert deliver(app, delivery_id) == "delivered"
+    assert delivery(app, delivery_id)["state"] == "delivered"
+    assert len(consumer.requests) == 21
+    assert body(admin_list(pipeline, "?state=failed"))["deliveries"] == []
+    # A delivered delivery cannot be retried.
+    again = pipeline.api.call("POST", f"/api/v1/admin/hooks/deliveries/{delivery_id}/retry")
+    assert again.status_code == 404
+
+
+def test_admin_list_shows_failures_with_last_error(app, pipeline, consumers):
+    broken = consumers(status=503)
+    add_consumer(pipeline, broken.url, name="broken")
+    gone_url = f"http://127.0.0.1:{free_port()}/nobody-listens"
+    add_consumer(pipeline, gone_url, name="gone")
+    healthy = consumers()
+    add_consumer(pipeline, healthy.url, name="healthy")
+    archive(app, pipeline, "10.1234/listed", seed=3)
+    ids = delivery_ids(app)
+    assert len(ids) == 3
+    for delivery_id in ids:
+        deliver(app, delivery_id)
+    rows(app, "UPDATE hook_deliveries SET tries = 19 WHERE state = 'pending'")
+    assert sorted(deliver(app, d) for d in ids[:2]) == ["failed", "failed"]
+
+    listing = body(admin_list(pipeline, "?state=failed"))["deliveries"]
+    errors = {d["url"]: (d["last_status"], d["last_error"]) for d in listing}
+    assert set(errors) == {broken.url, gone_url}
+    assert errors[broken.url][0] == 503 and "503" in errors[broken.url][1]
+    assert errors[gone_url][0] is None and "Connection" in errors[gone_url][1]
+    assert all(d["tries"] == 20 and d["project_id"] == pipeline.project for d in listing)
+    everything = body(admin_list(pipeline, f"?project={pipeline.project}"))["deliveries"]
+    assert sorted(d["state"] for d in everything) == ["delivered", "failed", "failed"]
+    assert body(admin_list(pipeline, "?project=another-project"))["deliveries"] == []
+
+
+# ------------------------------------------------------------ 202 + callback
+
+
+def test_202_waits_for_the_completion_callback(app, client, pipeline, consumers, admin_token):
+    consumer = consumers(status=202)
+    add_consumer(pipeline, consumer.url)
+    archive(app, pipeline, "10.1234/async", seed=4)
+    [delivery_id] = delivery_ids(app)
+
+    assert deliver(app, delivery_id) == "awaiting_callback"
+    row = delivery(app, delivery_id)
+    assert (row["state"], row["tries"], row["last_status"], row["delivered_at"]) == (
+        "awaiting_callback", 1, 202, None)
+    assert outbox_rows(app, delivery_id)[0]["done_at"] is not None  # no re-POST while waiting
+    waiting = body(admin_list(pipeline, "?state=awaiting_callback"))["deliveries"]
+    assert [d["delivery_id"] for d in waiting] == [str(delivery_id)]
+
+    payload = consumer.requests[0]["json"]
+    path, token = payload["callback_url"], payload["callback_token"]
+    # Wrong, missing or foreign credentials are refused and change nothing.
+    assert callback(client, path, "fhqc_" + "A" * 43).status_code in (401, 403)
+    assert callback(client, path, None).status_code in (401, 403)
+    assert callback(client, path, admin_token).status_code in (401, 403)
+    assert callback(client, path, consumer.requests[0]["headers"][SIGNATURE]).status_code in (401, 403)
+    other = f"/api/v1/hooks/deliveries/{delivery_id + 1}/complete"
+    assert callback(client, other, token).status_code in (401, 403, 404)
+    assert delivery(app, delivery_id)["state"] == "awaiting_callback"
+
+    done = callback(client, path, token)
+    assert done.status_code == 200, done.json
+    assert done.json["state"] == "delivered"
+    row = delivery(app, delivery_id)
+    assert row["state"] == "delivered" and row["delivered_at"] is not None
+    # A replayed callback is idempotent.
+    replay = callback(client, path, token)
+    assert replay.status_code == 200 and replay.json["state"] == "delivered"
+    assert delivery(app, delivery_id)["state"] == "delivered"
+    assert len(consumer.requests) == 1
+
+
+def test_callback_needs_a_callback_token_not_a_node_secret(app, client, pipeline, consumers):
+    consumer = consumers(status=202)
+    add_consumer(pipeline, consumer.url)
+    archive(app, pipeline, "10.1234/node", seed=11)
+    [delivery_id] = delivery_ids(app)
+    deliver(app, delivery_id)
+    node = Node(client, app)
+    path = consumer.requests[0]["json"]["callback_url"]
+    assert client.post(path, headers=node.headers).status_code in (401, 403)
+    assert client.post("/api/v1/hooks/deliveries/x1/complete",
+                       headers={"Authorization": "Bearer fhqc_x"}).status_code in (401, 403, 404)
+    assert delivery(app, delivery_id)["state"] == "awaiting_callback"
+
+
+# ---------------------------------------------------- consumers per project
+
+
+def test_disabled_consumers_are_skipped_and_each_enabled_one_gets_a_delivery(
+        app, client, pipeline, consumers):
+    first, second, off, later_off = consumers(), consumers(), consumers(), consumers()
+    add_consumer(pipeline, first.url, name="first")
+    add_consumer(pipeline, second.url, name="second")
+    add_consumer(pipeline, off.url, name="off", enabled=False)
+    late = add_consumer(pipeline, later_off.url, name="later-off")
+    archive(app, pipeline, "10.1234/fanout", seed=6)
+    ids = delivery_ids(app)
+    assert len(ids) == 3  # one per enabled consumer, none for the disabled one
+
+    # Disabled after the delivery was queued: skipped too.
+    response = pipeline.api.call(
+        "PATCH", f"/api/v1/admin/projects/{pipeline.project}/hooks/{late['consumer_id']}",
+        {"enabled": False})
+    assert response.status_code == 200 and body(response)["enabled"] is False
+    for delivery_id in ids:
+        deliver(app, delivery_id)
+    assert (len(first.requests), len(second.requests), len(off.requests), len(later_off.requests)) \
+        == (1, 1, 0, 0)
+    assert first.requests[0]["json"]["delivery_id"] != second.requests[0]["json"]["delivery_id"]
+    assert first.requests[0]["json"]["sha256"] == second.requests[0]["json"]["sha256"]
+    states = {row["consumer_id"]: row["state"] for row in
+              rows(app, "SELECT consumer_id, state FROM hook_deliveries")}
+    assert states[int(late["consumer_id"])] != "delivered"
+    assert sorted(states.values()).count("delivered") == 2
+    assert rows(app, "SELECT id FROM outbox WHERE done_at IS NULL") == []  # nothing retries forever
+
+    # A second archived asset: again one delivery per enabled consumer.
+    archive(app, pipeline, "10.1234/fanout-2", seed=7)
+    assert len(delivery_ids(app)) == 5
+
+
+# ------------------------------------------------ at least once, end to end
+
+
+class ProcessDied(Exception):
+    """The tasks process died right after the consumer got the POST."""
+
+
+def test_worker_delivers_to_two_consumers_end_to_end(app, client, pipeline, consumers,
+                                                     make_broker):
+    broker = make_broker()
+    one_consumer, other = consumers(), consumers()
+    secrets = [add_consumer(pipeline, c.url, name=f"c{i}")["secret"]
+               for i, c in enumerate((one_consumer, other))]
+    staged = pipeline.stage("10.1234/e2e", seed=8)
+    run_worker(broker)  # archive_commit, then deliver_hook x2 from its after-commit hints
+    assert sorted(broker.recorder.names()) == ["archive_commit", "deliver_hook", "deliver_hook"]
+    assert [e for _, _, e in broker.recorder.processed] == [None] * 3
+    for consumer, secret in zip((one_consumer, other), secrets):
+        [request] = consumer.requests
+        assert request["headers"][SIGNATURE] == expected_signature(secret, request)
+        assert request["json"]["sha256"] == staged.sha256
+        link = urlsplit(request["json"]["download_url"])
+        fetched = client.get(f"{link.path}?{link.query}")  # signed by the tasks process
+        assert fetched.status_code == 200 and fetched.data == staged.data
+    assert sorted(r["state"] for r in rows(app, "SELECT state FROM hook_deliveries")) == [
+        "delivered", "delivered"]
+
+
+def test_duplicate_delivery_after_a_restart_keeps_the_delivery_id(
+        app, pipeline, consumers, make_broker, monkeypatch):
+    from app.hooks import deliveries
+    consumer = consumers()
+    secret = add_consumer(pipeline, consumer.url)["secret"]
+    archive(app, pipeline, "10.1234/twice", seed=9)
+    [delivery_id] = delivery_ids(app)
+
+    real_post = requests.post
+
+    def post_then_die(*args, **kwargs):
+        real_post(*args, **kwargs)
+        raise ProcessDied("killed before the outcome was recorded")
+
+    broker = make_broker()
+    monkeypatch.setattr(deliveries.requests, "post", post_then_die)
+    actors.deliver_hook.send(delivery_id)
+    run_worker(broker)
+    [(name, _, exc)] = broker.recorder.processed
+    assert name == "deliver_hook" and isinstance(exc, ProcessDied)
+    assert len(consumer.requests) == 1
+    assert delivery(app, delivery_id)["state"] == "pending"  # the outcome was never recorded
+    [outbox] = outbox_rows(app, delivery_id)
+    assert outbox["done_at"] is None and not outbox["later"]
+
+    # After the restart the reconciler re-sends the outbox row.
+    monkeypatch.setattr(deliveries.requests, "post", real_post)
+    restarted = make_broker()
+    actors.reconcile.send()
+    run_worker(restarted)
+    assert sorted(restarted.recorder.names()) == ["deliver_hook", "reconcile"]
+    assert delivery(app, delivery_id)["state"] == "delivered"
+
+    # The consumer saw the same delivery twice and can coalesce by its id.
+    assert len(consumer.requests) == 2
+    first, second = (r["json"] for r in consumer.requests)
+    assert first["delivery_id"] == second["delivery_id"] == str(delivery_id)
+    assert [r["headers"]["X-FleetHQ-Delivery"] for r in consumer.requests] == [str(delivery_id)] * 2
+    for key in ("asset_key", "sha256", "size", "canonical_key", "attempt_id", "job_id"):
+        assert first[key] == second[key]
+    for request in consumer.requests:
+        assert request["headers"][SIGNATURE] == expected_signature(secret, request)
+    actors.reconcile.send()
+    run_worker(restarted)
+    assert len(consumer.requests) == 2  # nothing due any more
+
+
+# ------------------------------------------------------ consumer admin API
+
+
+def test_consumer_admin_api_validates_and_is_admin_only(app, client, pipeline, consumers,
+                                                        make_user):
+    consumer = consumers()
+    base = f"/api/v1/admin/projects/{pipeline.project}/hooks"
+    for bad in ({"name": "x", "url": "ftp://example.org/hook"},
+                {"name": "x", "url": "not a url"},
+                {"name": "", "url": consumer.url},
+                {"name": "x", "url": consumer.url, "secret": "short"},
+                {"name": "x", "url": consumer.url, "surprise": True}):
+        assert pipeline.api.call("POST", base, bad).status_code == 400, bad
+    assert pipeline.api.call("POST", "/api/v1/admin/projects/no-such-project/hooks",
+                             {"name": "x", "url": consumer.url}).status_code == 404
+
+    worker_token = make_user("volunteer", ["worker"])
+    node = Node(client, app)
+    for headers in ({"Authorization": f"Bearer {worker_token}"}, node.headers, {}):
+        assert client.post(base, json={"name": "x", "url": consumer.url},
+                           headers=headers).status_code in (401, 403)
+        assert client.get(base, headers=headers).status_code in (401, 403)
+        assert client.get("/api/v1/admin/hooks/deliveries", headers=headers).status_code in (401, 403)
+        assert client.post("/api/v1/admin/hooks/deliveries/1/retry",
+                           headers=headers).status_code in (401, 403)
+    assert body(pipeline.api.call("GET", base))["consumers"] == []
+
+    # A secret chosen by the admin is the one that signs.
+    secret = "a-chosen-secret-of-enough-length"
+    assert add_consumer(pipeline, consumer.url, secret=secret)["secret"] == secret
+    archive(app, pipeline, "10.1234/chosen", seed=12)
+    [delivery_id] = delivery_ids(app)
+    assert deliver(app, delivery_id) == "delivered"
+    [request] = consumer.requests
+    assert request["headers"][SIGNATURE] == expected_signature(secret, request)
+
+    # Deleting a consumer removes its deliveries; nothing is retried for it.
+    consumer_id = body(pipeline.api.call("GET", base))["consumers"][0]["consumer_id"]
+    assert pipeline.api.call("DELETE", f"{base}/{consumer_id}").status_code == 204
+    assert pipeline.api.call("DELETE", f"{base}/{consumer_id}").status_code == 404
+    assert delivery_ids(app) == []
+
+
+def test_s3_store_hands_out_a_presigned_download_url(app, pipeline, consumers, moto, s3_store):
+    consumer = consumers()
+    add_consumer(pipeline, consumer.url)
+    staged = archive(app, pipeline, "10.1234/s3-hook", seed=13)
+    [delivery_id] = delivery_ids(app)
+    assert deliver(app, delivery_id) == "delivered"
+    payload = consumer.requests[0]["json"]
+    assert payload["download_url"].startswith(moto.url)
+    fetched = requests.get(payload["download_url"], timeout=10)
+    assert fetched.status_code == 200
+    assert hashlib.sha256(fetched.content).hexdigest() == staged.sha256
+
+
+# ------------------------- callbacks: early, after redelivery, absolute URLs
+
+
+def test_callback_arriving_before_the_202_is_recorded_still_completes(
+        app, client, pipeline, consumers):
+    """A fast consumer: its worker finishes and calls back while the 202
+    answer is still on its way. The delivery must not hang in
+    ``awaiting_callback`` forever."""
+    consumer = consumers(status=202)
+    add_consumer(pipeline, consumer.url)
+    archive(app, pipeline, "10.1234/fast", seed=5)
+    [delivery_id] = delivery_ids(app)
+    answers = []
+
+    def call_back_first(record):
+        payload = record["json"]
+        answers.append(callback(client, payload["callback_url"], payload["callback_token"]))
+        return 202
+
+    consumer.during = call_back_first
+    deliver(app, delivery_id)
+    assert len(answers) == 1
+    assert answers[0].status_code == 200, answers[0].json
+    assert delivery(app, delivery_id)["state"] == "delivered"
+
+
+def test_coalescing_consumer_confirms_with_the_token_it_kept(app, client, pipeline, consumers,
+                                                             monkeypatch):
+    """At least once + 202: the consumer accepts the first POST (202), the
+    tasks process dies before recording it, the delivery comes again; the
+    consumer coalesces the duplicate (it already has the job) and later
+    confirms with the callback token it kept."""
+    from app.hooks import deliveries
+    consumer = consumers(status=202)
+    add_consumer(pipeline, consumer.url)
+    archive(app, pipeline, "10.1234/coalesce", seed=10)
+    [delivery_id] = delivery_ids(app)
+
+    real_post = requests.post
+
+    def post_then_die(*args, **kwargs):
+        real_post(*args, **kwargs)
+        raise ProcessDied("killed before the outcome was recorded")
+
+    monkeypatch.setattr(deliveries.requests, "post", post_then_die)
+    with pytest.raises(ProcessDied):
+        deliver(app, delivery_id)
+    monkeypatch.setattr(deliveries.requests, "post", real_post)
+    assert deliver(app, delivery_id) == "awaiting_callback"  # the re-sent duplicate
+    first, duplicate = (r["json"] for r in consumer.requests)
+    assert first["delivery_id"] == duplicate["delivery_id"]
+
+    kept = first["callback_token"]  # the duplicate was coalesced away
+    confirmed = callback(client, first["callback_url"], kept)
+    assert confirmed.status_code == 200, confirmed.json
+    assert delivery(app, delivery_id)["state"] == "delivered"
+
+
+def test_public_url_prefixes_the_download_and_callback_urls(app, client, pipeline, consumers,
+                                                           monkeypatch):
+    """With PUBLIC_URL set, a remote consumer gets absolute URLs it can use:
+    the download link and the completion callback alike."""
+    monkeypatch.setitem(app.config, "PUBLIC_URL", "https://hq.example.org/")
+    consumer = consumers(status=202)
+    add_consumer(pipeline, consumer.url)
+    archive(app, pipeline, "10.1234/public", seed=14)
+    [delivery_id] = delivery_ids(app)
+    deliver(app, delivery_id)
+    payload = consumer.requests[0]["json"]
+    assert payload["download_url"].startswith("https://hq.example.org/api/v1/assets/")
+    assert payload["callback_url"] == (
+        f"https://hq.example.org/api/v1/hooks/deliveries/{delivery_id}/complete")
