@@ -18,6 +18,7 @@ from app.fleet import listing
 from app.fleet import service as fleet
 from app.projects import wakeups
 from app.projects.leasing import Worker
+from app.pages.security import limit_enrollment
 from app.uploads import ingest, receipts, transitions
 from app.uploads.spool import Spool
 from workers import pdfcheck
@@ -58,6 +59,7 @@ def _attempt_id(raw: str) -> int:
 
 @bp.post("/fleet/register")
 def register():
+    limit_enrollment()  # credentials are secrets: no guessing at speed
     body = v.check(v.json_body(body_limit("worker")), REGISTER)
     node = fleet.register(body["id"], body["name"], body["enrollment_token"], body["secret"])
     return jsonify(_node_dict(node)), 201
