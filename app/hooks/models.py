@@ -54,6 +54,8 @@ class HookDelivery(db.Model):
         CheckConstraint("state IN ('pending', 'awaiting_callback', 'delivered', 'failed')",
                         name="state"),
         Index("uq_hook_deliveries_consumer_attempt", "consumer_id", "attempt_id", unique=True),
+        # Failures are rare and listed newest first on the dashboard and hooks page.
+        Index("ix_hook_deliveries_failed", "id", postgresql_where=text("state = 'failed'")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)

@@ -1,4 +1,4 @@
-"""attempt indexes for the dashboard: claims and completions per minute, recent errors
+"""dashboard indexes: claims and completions per minute, recent errors, failed hook deliveries
 
 Revision ID: 0004
 Revises: 0003
@@ -11,7 +11,8 @@ attempts table. Each one is narrow so the scans are index-only:
 - claims: (project_id, created_at), one range scan per project;
 - completions: (project_id, finished_at) only for done attempts;
 - recent errors: finished_at of failed/expired attempts, a small index since
-  failures are rare, read newest first.
+  failures are rare, read newest first;
+- failed hook deliveries, newest first (also rare).
 
 Built CONCURRENTLY so that upgrading a live master with millions of attempts
 does not block claims while the indexes build.
@@ -36,10 +37,14 @@ def upgrade():
         op.create_index('ix_attempts_failed_finished', 'attempts', ['finished_at'],
                         unique=False, postgresql_concurrently=True,
                         postgresql_where=sa.text("state IN ('failed', 'expired')"))
+        op.create_index('ix_hook_deliveries_failed', 'hook_deliveries', ['id'], unique=False,
+                        postgresql_concurrently=True, postgresql_where=sa.text("state = 'failed'"))
 
 
 def downgrade():
     with op.get_context().autocommit_block():
+        op.drop_index('ix_hook_deliveries_failed', table_name='hook_deliveries',
+                      postgresql_concurrently=True)
         op.drop_index('ix_attempts_failed_finished', table_name='attempts',
                       postgresql_concurrently=True)
         op.drop_index('ix_attempts_project_done', table_name='attempts',

@@ -1,0 +1,569 @@
+"""Admin pages (DESIGN §10, issue 5) through the Flask test client, signed in
+as an admin: every page and action, the 303 rhythm with flashed outcomes,
+escaping of user data, cursor paging, enqueue (paste, JSON Lines, .zst),
+fleet actions with confirmation, requeue, users, hooks, and the throughput
+aggregates behind the dashboard."""
+from __future__ import annotations
+
+import html
+import io
+import re
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy import text
+
+from tests.fleet_helpers import Node
+from tests.helpers import VERSION, Api, body
+from workers.protocol import default_job_id
+from workers.source import write_source
+
+XSS = "<script>alert(1)</script>"
+CSRF_RE = re.compile(r'name="csrf_token" value="([^"]+)"')
+FLASH_RE = re.compile(r'<p class="flash flash-(\w+)" role="status">(.*?)</p>', re.S)
+
+
+def sql(app, statement: str, **params):
+    from app.extensions import db
+    with app.app_context():
+        result = db.session.execute(text(statement), params)
+        rows = result.all() if result.returns_rows else None
+        db.session.commit()
+        db.session.remove()
+    return rows
+
+
+class Pages:
+    """A signed-in admin browsing with the test client: CSRF tokens included."""
+
+    def __init__(self, client, user_id: str):
+        self.client, self.user_id = client, user_id
+        self.token = CSRF_RE.search(self.get("/admin/projects").get_data(as_text=True)).group(1)
+
+    def get(self, url, **kw):
+        return self.client.get(url, **kw)
+
+    def text(self, url) -> str:
+        response = self.get(url)
+        assert response.status_code == 200, (url, response.status_code)
+        return response.get_data(as_text=True)
+
+    def post(self, url, data=None, **kw):
+        return self.client.post(url, data={"csrf_token": self.token, **(data or {})}, **kw)
+
+    def act(self, url, data=None, *, expect="success", **kw) -> tuple[str, str]:
+        """POST, check the 303, follow it; return (flash message, page HTML)."""
+        response = self.post(url, data, **kw)
+        assert response.status_code == 303, (url, response.status_code, response.get_data(as_text=True)[:500])
+        page = self.get(response.headers["Location"])
+        assert page.status_code == 200, (response.headers["Location"], page.status_code)
+        html_text = page.get_data(as_text=True)
+        flashes = [(cat, html.unescape(msg)) for cat, msg in FLASH_RE.findall(html_text)]
+        assert flashes, html_text[:2000]
+        category, message = flashes[-1]
+        assert category == expect, (category, message)
+        return message, html_text
+
+
+def sign_in(app, client, user_id="page-admin", roles=("admin", "worker")):
+    """flask-login's session key set to a server-side session (app.pages.sessions)."""
+    from app.accounts import service as accounts
+    from app.extensions import db
+    from app.pages import sessions
+    with app.app_context():
+        accounts.put_user(user_id, list(roles), "active")
+        session_id = sessions.start(user_id, 3600)
+        db.session.remove()
+    with client.session_transaction() as session:
+        session["_user_id"] = session_id
+        session["_fresh"] = True
+
+
+@pytest.fixture
+def pages(app, client):
+    from app.pages import aggregates
+    aggregates.reset_cache()  # cached minutes of an earlier test's attempts
+    sign_in(app, client)
+    return Pages(client, "page-admin")
+
+
+@pytest.fixture
+def api(client, admin_token):
+    return Api(client, admin_token)
+
+
+def job_ids(page_html: str) -> list[int]:
+    return [int(i) for i in re.findall(r'href="/admin/jobs/(\d+)"', page_html)]
+
+
+# ------------------------------------------------------------------ access
+
+def test_signed_out_is_sent_to_login_and_non_admins_get_403(app, client):
+    response = client.get("/admin/projects")
+    assert response.status_code == 302 and "/login" in response.headers["Location"]
+    sign_in(app, client, "just-worker", roles=("worker",))
+    assert client.get("/admin").status_code == 403
+    assert client.get("/admin/workers").status_code == 403
+
+
+def test_post_without_csrf_token_is_rejected(pages, api):
+    api.put_project("p1")
+    response = pages.client.post("/admin/projects/p1/status", data={"status": "draining"})
+    assert response.status_code == 400
+    assert api.call("GET", "/api/v1/admin/projects/p1").json["status"] == "active"
+
+
+def test_machine_token_does_not_open_pages(client, admin_token):
+    response = client.get("/admin", headers={"Authorization": f"Bearer {admin_token}"})
+    assert response.status_code == 302
+
+
+# ------------------------------------------------------------------ dashboard
+
+def test_dashboard_shows_counts_throughput_workers_backlog_and_errors(app, client, pages, api):
+    api.put_project("alpha", max_resets=0)
+    assert api.enqueue("alpha", [{"id": f"a{i}", "value": f"https://example.org/{i}"}
+                                 for i in range(5)]).status_code == 200
+    claimed = body(api.claim("alpha", max_jobs=3))["jobs"]
+    assert api.complete("alpha", claimed[:1]).status_code == 200
+    assert api.fail("alpha", claimed[1:2], retryable=False, code="http_404").status_code == 200
+    Node(client, app, name="pending-node", approve=False)
+    page = pages.text("/admin")
+    row = re.search(r'<a href="/admin/projects/alpha">alpha</a>.*?</tr>', page, re.S).group(0)
+    cells = [int(c.replace(",", "")) for c in re.findall(r'<td class="num">([\d,]+)</td>', row)]
+    # todo, wip, staged, done, failed, reset_exhausted, total, claims/h, done/h
+    assert cells == [2, 1, 0, 1, 1, 0, 5, 3, 1]
+    assert page.count("<svg") >= 3 and "last day" in page
+    assert "Last hour: 3 claims" in page
+    assert 'badge-pending">pending</span> 1' in page
+    assert "http_404" in page  # recent errors
+    assert "Staged uploads" in page and "Outbox rows not done" in page
+    live = pages.text("/admin/live")
+    assert "<html" not in live and 'id="throughput"' in live and "http_404" in live
+
+
+def test_dashboard_counts_come_from_counters_not_jobs(pages, api, app):
+    """The page reads the trigger-maintained delta rows: a fake delta shows up."""
+    api.put_project("beta")
+    sql(app, "INSERT INTO job_counts (project_id, state, delta) VALUES ('beta', 'done', 1234567)")
+    assert "1,234,567" in pages.text("/admin")
+
+
+def test_throughput_aggregates_per_minute_with_settled_cache(app, pages, api):
+    from app.extensions import db
+    from app.pages import aggregates
+    api.put_project("gamma")
+    assert api.enqueue("gamma", [{"id": "g1", "value": "https://example.org/g"}]).status_code == 200
+    job_id = sql(app, "SELECT id FROM jobs WHERE project_id = 'gamma'")[0][0]
+    now = sql(app, "SELECT date_trunc('minute', now())")[0][0]
+    # 4 claims 10 minutes ago (2 done a minute later), 1 claim 3 hours ago.
+    for minutes, state in ((10, "done"), (10, "done"), (10, "failed"), (10, "running"), (180, "done")):
+        created = now - timedelta(minutes=minutes) + timedelta(seconds=5)
+        sql(app, "INSERT INTO attempts (job_id, project_id, worker_id, state, created_at, "
+                 "lease_expires_at, finished_at) VALUES (:j, 'gamma', 'w', :s, :c, :c, "
+                 "CASE WHEN :s IN ('done', 'failed') THEN CAST(:c AS timestamptz) + interval '1 minute' END)",
+            j=job_id, s=state, c=created)
+    with app.app_context():
+        _, series = aggregates.throughput(["gamma"])
+        claims, done = series["claims"]["gamma"], series["completions"]["gamma"]
+        assert len(claims) == aggregates.DAY_MINUTES
+        assert claims[-11] == 4 and claims[-181] == 1 and sum(claims) == 5
+        assert done[-10] == 2 and done[-180] == 1 and sum(done) == 3
+        # Settled minutes come from the cache now: a row slipped into the past
+        # is not re-read, a new claim in the current minute is.
+        sql(app, "INSERT INTO attempts (job_id, project_id, worker_id, state, created_at, "
+                 "lease_expires_at) VALUES (:j, 'gamma', 'w', 'running', :c, :c), "
+                 "(:j, 'gamma', 'w', 'running', now(), now())", j=job_id, c=now - timedelta(minutes=30))
+        _, series = aggregates.throughput(["gamma"])
+        assert sum(series["claims"]["gamma"]) == 6
+        db.session.remove()
+    page = pages.text("/admin/projects/gamma")
+    assert "peak 4/min" in page
+
+
+# ------------------------------------------------------------------ projects
+
+def test_create_project_then_patch_policy_and_status(pages, api):
+    message, page = pages.act("/admin/projects", {"id": "papers", "kind": "pdf",
+                                                  "identity_mode": "unique_value",
+                                                  "client_versions": "v1\nv2"})
+    assert "created" in message and "Project papers" in page
+    summary = api.call("GET", "/api/v1/admin/projects/papers").json
+    assert (summary["kind"], summary["identity_mode"], summary["client_versions"]) == (
+        "pdf", "unique_value", ["v1", "v2"])
+    assert summary["max_in_flight"] == 6  # pdf defaults
+    message, _ = pages.act("/admin/projects", {"id": "papers"}, expect="error")
+    assert "already exists" in message
+
+    form = {"status": "active", "claim_order": "random", "dispatch_qps": "2.5", "worker_claim_qps": "",
+            "max_jobs_per_claim": "10", "max_resets": "5", "recommended_lease_seconds": "120",
+            "retry_backoff_seconds": "60", "max_in_flight": "", "max_worker_in_flight": "3",
+            "task_timeout_seconds": "", "attempt_timeout_seconds": "300",
+            "upload_timeout_seconds": "90", "prefer_new_worker__shown": "1",
+            "client_versions": "v3"}
+    message, _ = pages.act("/admin/projects/papers/policy", form)
+    assert "version 2" in message
+    after = api.call("GET", "/api/v1/admin/projects/papers").json
+    assert after["claim_order"] == "random" and after["dispatch_qps"] == 2.5
+    assert after["max_in_flight"] is None and after["prefer_new_worker"] is False
+    assert after["client_versions"] == ["v3"] and after["max_worker_in_flight"] == 3
+    # The same form again changes nothing: no version bump.
+    message, _ = pages.act("/admin/projects/papers/policy", form)
+    assert "version 2" in message
+
+    message, _ = pages.act("/admin/projects/papers/policy", {**form, "max_resets": "abc"}, expect="error")
+    assert "max_resets must be a whole number" in message
+    message, _ = pages.act("/admin/projects/papers/policy", {**form, "max_jobs_per_claim": "999"},
+                           expect="error")
+    assert "max_jobs_per_claim" in message
+    message, _ = pages.act("/admin/projects/papers/policy", {**form, "dispatch_qps": "nan"}, expect="error")
+    assert "dispatch_qps" in message
+
+    message, page = pages.act("/admin/projects/papers/status", {"status": "draining"})
+    assert "is now draining" in message and 'badge-draining' in page
+    message, _ = pages.act("/admin/projects/papers/status", {"status": "paused"}, expect="error")
+    assert "status must be one of" in message
+    message, _ = pages.act("/admin/projects/papers/status", {"status": "archived"})
+    message, _ = pages.act("/admin/projects/papers/enqueue/values", {"values": "10.1/x"}, expect="error")
+    assert "archived" in message
+
+
+def test_project_pages_unknown_project_is_404(pages):
+    assert pages.get("/admin/projects/nope").status_code == 404
+    assert pages.get("/admin/jobs/999999").status_code == 404
+    assert pages.get("/admin/jobs/abc").status_code == 404
+
+
+def test_job_list_pages_by_cursor_and_filters_by_state(pages, api, app):
+    api.put_project("many", max_resets=0)
+    jobs = [{"id": f"m{i:03}", "value": f"https://example.org/{i}"} for i in range(120)]
+    assert api.enqueue("many", jobs).status_code == 200
+    claimed = body(api.claim("many", max_jobs=7))["jobs"]
+    assert api.fail("many", claimed, retryable=False).status_code == 200
+    first = pages.text("/admin/projects/many")
+    ids = job_ids(first)
+    assert len(ids) == 50 and ids == sorted(ids)
+    next_url = html.unescape(re.search(r'id="next-page" href="([^"]+)"', first).group(1))
+    assert f"after_job_id={ids[-1]}" in next_url
+    second = job_ids(pages.text(next_url))
+    assert len(second) == 50 and second[0] > ids[-1]
+    third_page = pages.text(f"/admin/projects/many?after_job_id={second[-1]}")
+    assert len(job_ids(third_page)) == 20 and 'id="next-page"' not in third_page
+    failed = pages.text("/admin/projects/many?status=failed")
+    assert len(job_ids(failed)) == 7 and "Requeue all 7 failed on this page" in failed
+    response = pages.get("/admin/projects/many?status=bogus")
+    assert response.status_code == 303
+    response = pages.get("/admin/projects/many?after_job_id=-1")
+    assert response.status_code == 303
+
+
+def test_paging_never_uses_offset(pages, api, app):
+    """The listing reads by cursor: the SQL it sends has no OFFSET."""
+    from sqlalchemy import event
+
+    from app.extensions import db
+    api.put_project("cur")
+    assert api.enqueue("cur", [{"id": "c1", "value": "v"}]).status_code == 200
+    seen = []
+    with app.app_context():
+        engine = db.engine
+
+    def capture(conn, cursor, statement, *args):
+        seen.append(statement)
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        pages.text("/admin/projects/cur?after_job_id=0")
+        project_page = list(seen)
+        seen.clear()
+        pages.text("/admin")
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
+    job_queries = [s for s in project_page if "FROM jobs" in s]
+    assert job_queries and not any("OFFSET" in s.upper() for s in job_queries)
+    assert not any("count(" in s.lower() and "from jobs" in s.lower() for s in project_page)
+    assert not any("from jobs" in s.lower() for s in seen)  # the dashboard reads counters only
+
+
+def test_nul_characters_are_a_bad_request_not_a_500(pages, api):
+    api.put_project("nul")
+    assert pages.get("/admin/projects/a%00b").status_code == 400
+    assert pages.post("/admin/workers/node/a%00b/approve", {"confirm": "yes"}).status_code == 400
+    assert pages.post("/admin/hooks/consumers", {"project_id": "nul", "name": "a\x00b",
+                                                "url": "https://x.org"}).status_code == 400
+
+
+# ------------------------------------------------------------------ enqueue
+
+def test_enqueue_by_paste_uses_default_ids_and_is_idempotent(pages, api):
+    api.put_project("paste")
+    values = "https://example.org/a\n\n  https://example.org/b  \r\nhttps://example.org/a\n"
+    message, page = pages.act("/admin/projects/paste/enqueue/values", {"values": values, "type": "seed"})
+    assert message == "3 jobs submitted: 2 new, 1 already queued."
+    assert default_job_id("https://example.org/a") in page
+    message, _ = pages.act("/admin/projects/paste/enqueue/values", {"values": values, "type": "seed"})
+    assert "0 new" in message
+    message, _ = pages.act("/admin/projects/paste/enqueue/values", {"values": "\n \n"}, expect="error")
+    assert "empty" in message
+    message, _ = pages.act("/admin/projects/paste/enqueue/values", {"values": "x", "type": "bogus"},
+                           expect="error")
+    assert "line 1" in message
+    api.put_project("uv", identity_mode="unique_value")
+    message, _ = pages.act("/admin/projects/uv/enqueue/values", {"values": "a\nb\na"})
+    assert "2 new" in message
+
+
+def test_enqueue_json_lines_pasted_and_as_file(pages, api):
+    api.put_project("jl")
+    lines = '{"id": "j1", "value": "one"}\n{"id": "j2", "value": "two", "attr": {"k": 1}}\n'
+    message, _ = pages.act("/admin/projects/jl/enqueue/jsonl", {"jsonl": lines})
+    assert "2 new" in message
+    data = {"jsonl": "", "jsonl_file": (io.BytesIO(b'{"id": "j3", "value": "three"}\n'), "jobs.jsonl")}
+    message, _ = pages.act("/admin/projects/jl/enqueue/jsonl", data, content_type="multipart/form-data")
+    assert "1 new" in message
+    message, _ = pages.act("/admin/projects/jl/enqueue/jsonl", {"jsonl": '{"id": "j4", "value": NaN}'},
+                           expect="error")
+    assert "line 1" in message
+    # A conflicting identity rolls the whole batch back.
+    message, _ = pages.act("/admin/projects/jl/enqueue/jsonl",
+                           {"jsonl": '{"id": "j9", "value": "nine"}\n{"id": "j1", "value": "other"}'},
+                           expect="error")
+    assert "different fields" in message
+    assert api.counts("jl")["todo"] == 3
+
+
+def test_enqueue_zst_source_upload(pages, api):
+    api.put_project("src", identity_mode="none")
+    buffer = io.BytesIO()
+    write_source([{"value": f"https://example.org/{i}"} for i in range(250)], buffer)
+    message, _ = pages.act("/admin/projects/src/enqueue/source",
+                           {"source": (io.BytesIO(buffer.getvalue()), "jobs.jsonl.zst")},
+                           content_type="multipart/form-data")
+    assert message == "Source imported: 250 jobs read, 250 new."
+    assert api.counts("src")["todo"] == 250
+    message, _ = pages.act("/admin/projects/src/enqueue/source",
+                           {"source": (io.BytesIO(b"not zstd at all"), "bad.zst")},
+                           content_type="multipart/form-data", expect="error")
+    assert "0 jobs were committed" in message
+    message, _ = pages.act("/admin/projects/src/enqueue/source", {}, expect="error")
+    assert "choose a .zst" in message
+
+
+# ------------------------------------------------------------------ escaping and jobs
+
+def test_user_data_is_escaped_everywhere(pages, api, app):
+    api.put_project("esc", max_resets=0)
+    assert api.enqueue("esc", [{"id": "x1", "value": XSS, "attr": {"note": XSS}}]).status_code == 200
+    claimed = body(api.claim("esc", worker_id="w1", max_jobs=1))["jobs"]
+    api.call("POST", "/api/v1/projects/esc/jobs/fail", {"worker_id": "w1", "items": [{
+        "job_id": claimed[0]["job_id"], "attempt_id": claimed[0]["attempt_id"], "retryable": False,
+        "error": {"code": "bad", "message": XSS}}]})
+    for url in ("/admin/projects/esc", f"/admin/jobs/{claimed[0]['job_id']}", "/admin", "/admin/workers"):
+        page = pages.text(url)
+        assert XSS not in page, url
+    escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
+    assert escaped in pages.text("/admin/projects/esc")
+    job_page = pages.text(f"/admin/jobs/{claimed[0]['job_id']}")
+    assert job_page.count(escaped) >= 3  # value, attr, the attempt's error message
+    assert escaped in pages.text("/admin")  # recent errors
+
+
+def test_job_detail_requeue_and_delete(pages, api, app, client):
+    api.put_project("jobs", max_resets=0)
+    assert api.enqueue("jobs", [{"id": f"j{i}", "value": f"v{i}"} for i in range(4)]).status_code == 200
+    claimed = body(api.claim("jobs", max_jobs=3))["jobs"]
+    api.fail("jobs", claimed[:1], retryable=False, code="gone")
+    api.fail("jobs", claimed[1:2], retryable=True, code="flaky")  # max_resets 0 → reset_exhausted
+    failed_id, exhausted_id, wip_id = (c["job_id"] for c in claimed)
+    page = pages.text(f"/admin/jobs/{failed_id}")
+    assert "Attempt history" in page and "gone" in page and 'badge-failed' in page
+    assert "No uploads for this job." in page
+
+    message, page = pages.act(f"/admin/jobs/{failed_id}/requeue")
+    assert "back in the queue" in message and 'badge-todo' in page
+    message, _ = pages.act(f"/admin/jobs/{failed_id}/requeue", expect="error")
+    assert "only failed or reset_exhausted" in message
+
+    # Bulk: every failed/exhausted job on the page.
+    page = pages.text("/admin/projects/jobs?status=reset_exhausted")
+    page_ids = re.findall(r'name="page_job_id" value="(\d+)"', page)
+    assert page_ids == [exhausted_id]
+    message, _ = pages.act("/admin/projects/jobs/jobs/bulk",
+                           {"action": "requeue_page", "page_job_id": page_ids,
+                            "back_status": "reset_exhausted"})
+    assert message == "1 job requeued."
+    assert api.counts("jobs")["reset_exhausted"] == 0
+
+    message, _ = pages.act(f"/admin/jobs/{wip_id}/delete", {"confirm": "yes"}, expect="error")
+    assert "a wip job cannot be deleted" in message
+    message, _ = pages.act(f"/admin/jobs/{failed_id}/delete", {}, expect="error")
+    assert "confirmation" in message
+    message, _ = pages.act(f"/admin/jobs/{failed_id}/delete", {"confirm": "yes"})
+    assert "deleted" in message
+    assert pages.get(f"/admin/jobs/{failed_id}").status_code == 404
+    message, _ = pages.act("/admin/projects/jobs/jobs/bulk",
+                           {"action": "requeue", "job_id": [wip_id]}, expect="error")
+    assert "refused" in message
+
+
+def test_job_detail_shows_receipts_and_hook_deliveries(pages, api, app):
+    api.put_project("pdfs", kind="pdf", identity_mode="unique_value")
+    assert api.enqueue("pdfs", [{"value": "10.1234/abc"}]).status_code == 200
+    job_id = sql(app, "SELECT id FROM jobs WHERE project_id = 'pdfs'")[0][0]
+    sql(app, "INSERT INTO attempts (id, job_id, project_id, worker_id, state, lease_expires_at, finished_at) "
+             "VALUES (900, :j, 'pdfs', 'n1', 'done', now(), now())", j=job_id)
+    sql(app, "INSERT INTO uploads (attempt_id, job_id, project_id, worker_id, state, sha256, size, asset_key) "
+             "VALUES (900, :j, 'pdfs', 'n1', 'done', :h, 12345, 'doi/10.1234/abc.pdf')", j=job_id, h="ab" * 32)
+    consumer = sql(app, "INSERT INTO hook_consumers (project_id, name, url, secret) VALUES "
+                        "('pdfs', 'ocr', 'https://ocr.example.org/h', 'sssssssssssssssssss') RETURNING id")[0][0]
+    sql(app, "INSERT INTO hook_deliveries (consumer_id, project_id, attempt_id, asset_key, state, tries, last_error) "
+             "VALUES (:c, 'pdfs', 900, 'doi/10.1234/abc.pdf', 'failed', 20, 'HTTP 500: boom')", c=consumer)
+    page = pages.text(f"/admin/jobs/{job_id}")
+    assert "ab" * 32 in page and "12.1 KiB" in page and "doi/10.1234/abc.pdf" in page
+    assert "https://ocr.example.org/h" in page and "HTTP 500: boom" in page and "Retry now" in page
+
+
+# ------------------------------------------------------------------ workers
+
+def test_approve_drain_enable_revoke_a_registered_node(pages, app, client):
+    node = Node(client, app, name="lab-<pc>", approve=False)
+    page = pages.text("/admin/workers")
+    assert "lab-&lt;pc&gt;" in page and 'badge-pending' in page and "?action=approve" in page
+    confirm = pages.text(f"/admin/workers/node/{node.node_id}?action=approve")
+    assert "Confirm: approve" in confirm and 'id="do-approve"' in confirm and 'id="do-revoke"' not in confirm
+    message, _ = pages.act(f"/admin/workers/node/{node.node_id}/approve", {}, expect="error")
+    assert "Tick the box" in message
+    message, page = pages.act(f"/admin/workers/node/{node.node_id}/approve", {"confirm": "yes"})
+    assert message == f"Node lab-<pc> ({node.node_id}) is now active."
+    assert node.heartbeat().status_code == 200
+    message, _ = pages.act(f"/admin/workers/node/{node.node_id}/approve", {"confirm": "yes"}, expect="error")
+    assert "cannot approve a active node" in message
+    message, _ = pages.act(f"/admin/workers/node/{node.node_id}/drain", {"confirm": "yes"})
+    assert "is now draining" in message
+    message, _ = pages.act(f"/admin/workers/node/{node.node_id}/enable", {"confirm": "yes"})
+    assert "is now active" in message
+    message, _ = pages.act(f"/admin/workers/node/{node.node_id}/drain", {"confirm": "yes"})
+    message, _ = pages.act(f"/admin/workers/node/{node.node_id}/revoke", {"confirm": "yes"})
+    assert "is now revoked" in message
+    assert node.heartbeat().status_code == 401
+    message, _ = pages.act(f"/admin/workers/node/{node.node_id}/fly", {"confirm": "yes"}, expect="error")
+    assert "unknown action" in message
+    assert pages.get("/admin/workers/node/does-not-exist").status_code == 404
+
+
+def test_stale_heartbeat_is_flagged(pages, app, client):
+    node = Node(client, app, name="old-node")
+    assert node.heartbeat().status_code == 200
+    assert "stale" not in pages.text(f"/admin/workers/node/{node.node_id}").split('id="health"')[1][:600]
+    sql(app, "UPDATE fleet_nodes SET last_heartbeat_at = now() - interval '91 seconds'")
+    page = pages.text("/admin/workers")
+    assert "· stale" in page and "1 stale" in page
+
+
+def test_token_worker_drain_and_revoke(pages, client, make_user):
+    token = make_user("alice", ["worker"])
+    response = client.post("/api/v1/fleet/heartbeat", headers={"Authorization": f"Bearer {token}",
+                                                               "X-Client-Version": VERSION},
+                           json={"worker_id": "laptop", "capacity": 1, "browser_ok": False,
+                                 "disk_free_bytes": 5 * 1024**3, "spool_bytes": 0,
+                                 "running_attempt_ids": [], "last_error": "chromium crashed"})
+    assert response.status_code == 200, response.json
+    page = pages.text("/admin/workers")
+    assert "chromium crashed" in page and "/admin/workers/token/alice/laptop" in page
+    message, _ = pages.act("/admin/workers/token/alice/laptop/drain", {"confirm": "yes"})
+    assert message == "Token worker alice/laptop is now draining."
+    message, _ = pages.act("/admin/workers/token/alice/laptop/revoke", {"confirm": "yes"})
+    assert "revoked" in message
+    message, _ = pages.act("/admin/workers/token/alice/laptop/enable", {"confirm": "yes"}, expect="error")
+    assert "cannot enable a revoked token worker" in message
+
+
+def test_enrollment_credential_is_shown_once_and_works(pages, client):
+    response = pages.post("/admin/workers/enrollments")
+    assert response.status_code == 200
+    assert response.headers["Cache-Control"] == "no-store"
+    credential = re.search(r'id="enrollment-credential">(fhqe_[A-Za-z0-9_-]+)<', response.get_data(as_text=True)).group(1)
+    assert credential not in pages.text("/admin/workers")
+    from tests.fleet_helpers import new_identity
+    node_id, secret = new_identity()
+    registered = client.post("/api/v1/fleet/register", json={"id": node_id, "name": "n", "secret": secret,
+                                                            "enrollment_token": credential})
+    assert registered.status_code == 201
+
+
+# ------------------------------------------------------------------ users
+
+def test_users_activate_roles_tokens_and_sessions(pages, app, client):
+    from app.accounts import service as accounts
+    from app.extensions import db
+    with app.app_context():
+        accounts.put_user("gh-42", ["worker"], "pending")
+        db.session.remove()
+    page = pages.text("/admin/users")
+    assert "Waiting for activation" in page and "gh-42" in page
+    message, page = pages.act("/admin/users/gh-42/activate")
+    assert "is active" in message and "Waiting for activation" not in page
+    message, _ = pages.act("/admin/users/gh-42/activate", expect="error")
+    assert "already active" in message
+    message, _ = pages.act("/admin/users/gh-42", {"status": "active", "roles": ["worker", "reader"]})
+    assert "roles reader, worker" in message
+    message, _ = pages.act("/admin/users/gh-42", {"status": "frozen", "roles": ["worker"]}, expect="error")
+    assert "status must be one of" in message
+    message, _ = pages.act("/admin/users/page-admin", {"status": "active", "roles": ["worker"]},
+                           expect="error")
+    assert "your own admin role" in message
+
+    response = pages.post("/admin/users/gh-42/token")
+    assert response.status_code == 200 and response.headers["Cache-Control"] == "no-store"
+    token = re.search(r'id="machine-token">(fhq_[A-Za-z0-9_-]+)<', response.get_data(as_text=True)).group(1)
+    assert client.get("/api/v1/projects/none", headers={"Authorization": f"Bearer {token}"}).status_code != 401
+    message, _ = pages.act("/admin/users/gh-42/token/revoke", {}, expect="error")
+    message, _ = pages.act("/admin/users/gh-42/token/revoke", {"confirm": "yes"})
+    assert "revoked" in message
+    assert client.get("/api/v1/projects/none", headers={"Authorization": f"Bearer {token}"}).status_code == 401
+
+    message, page = pages.act("/admin/users", {"user_id": "robot", "roles": ["worker"], "status": "active"})
+    assert "User robot created" in message
+    message, _ = pages.act("/admin/users", {"user_id": "robot", "roles": ["worker"]}, expect="error")
+    assert "already exists" in message
+    message, _ = pages.act("/admin/users", {"user_id": "bad id!", "roles": []}, expect="error")
+
+    other = app.test_client()
+    sign_in(app, other, "gh-42", roles=("worker",))
+    assert other.get("/worker").status_code == 200
+    message, _ = pages.act("/admin/users/gh-42/sessions/end")
+    assert "1 browser session of gh-42 ended." == message
+    assert other.get("/worker").status_code == 302
+
+
+# ------------------------------------------------------------------ hooks
+
+def test_hooks_consumers_deliveries_and_retry(pages, api, app):
+    api.put_project("hooked", kind="pdf", identity_mode="unique_value")
+    response = pages.post("/admin/hooks/consumers", {"project_id": "hooked", "name": "ocr",
+                                                    "url": "https://ocr.example.org/in"})
+    assert response.status_code == 200 and response.headers["Cache-Control"] == "no-store"
+    assert re.search(r'id="hook-secret">[^<]{16,}<', response.get_data(as_text=True))
+    message, _ = pages.act("/admin/hooks/consumers", {"project_id": "hooked", "name": "x", "url": "ftp://x"},
+                           expect="error")
+    assert "http(s)" in message
+    message, _ = pages.act("/admin/hooks/consumers", {"project_id": "nope", "name": "x",
+                                                     "url": "https://x.org"}, expect="error")
+    assert "not found" in message
+    consumer = sql(app, "SELECT id FROM hook_consumers")[0][0]
+    message, page = pages.act(f"/admin/hooks/consumers/{consumer}/disable",
+                              {"project_id": "hooked", "back_project": "hooked"})
+    assert "disabled" in message and "Enable" in page
+    message, _ = pages.act(f"/admin/hooks/consumers/{consumer}/enable", {"project_id": "hooked"})
+    assert "enabled" in message
+    delivery = sql(app, "INSERT INTO hook_deliveries (consumer_id, project_id, attempt_id, asset_key, state, "
+                        "tries, last_error) VALUES (:c, 'hooked', 77, 'doi/x.pdf', 'failed', 20, :e) RETURNING id",
+                   c=consumer, e=XSS)[0][0]
+    page = pages.text("/admin/hooks?state=failed")
+    assert "doi/x.pdf" in page and XSS not in page and "&lt;script&gt;" in page
+    message, _ = pages.act(f"/admin/hooks/deliveries/{delivery}/retry")
+    assert "is due now" in message
+    assert sql(app, "SELECT state FROM hook_deliveries")[0][0] == "pending"
+    sql(app, "UPDATE hook_deliveries SET state = 'delivered'")
+    message, _ = pages.act(f"/admin/hooks/deliveries/{delivery}/retry", expect="error")
+    assert "delivered" in message
+    assert pages.get("/admin/hooks?state=bogus").status_code == 303

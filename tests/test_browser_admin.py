@@ -1,0 +1,199 @@
+"""The admin pages in a real browser: Debian Chromium driven by Playwright
+against the master on a live HTTP server, signed in with the development
+login (development mode on loopback).
+
+Covers what an admin does by hand: create a project, enqueue by paste and by
+``.zst`` upload (a real file input), see a ``<script>`` value as text,
+requeue a failed job, approve an enrolled node, drain and revoke it, and
+create an enrollment credential. Screenshots of the main pages land in
+``test-artifacts/screenshots/`` (not committed). Chromium missing is a
+failure, not a skip; so is any Content-Security-Policy violation or any
+JavaScript dialog (an executed script).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.fleet_helpers import Node
+from tests.helpers import VERSION, Api
+from workers.source import write_source
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-quic"]
+SHOTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "screenshots"
+XSS = "<script>alert(1)</script>"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"Chromium is required at {CHROMIUM} (apt-get install chromium)", pytrace=False)
+    from playwright.sync_api import sync_playwright
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def site(app, live_server, monkeypatch):
+    from app.pages import aggregates
+    monkeypatch.setitem(app.config, "DEV_MODE", True)  # the dev login exists only in dev mode
+    aggregates.reset_cache()
+    return live_server
+
+
+@pytest.fixture
+def page(browser, site):
+    """A signed-in admin's tab; CSP violations and dialogs fail the test."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    tab = context.new_page()
+    problems = []
+    tab.on("console", lambda msg: problems.append(msg.text)
+           if "Content Security Policy" in msg.text else None)
+    tab.on("dialog", lambda dialog: (problems.append(f"dialog: {dialog.message}"), dialog.dismiss()))
+    tab.set_default_timeout(15_000)
+    tab.goto(f"{site.url}/login")
+    tab.click("#dev-login")
+    tab.wait_for_url(f"{site.url}/admin")
+    yield tab
+    context.close()
+    assert problems == []
+
+
+@pytest.fixture
+def api(site, admin_token):
+    session = requests.Session()
+    return Api(session, admin_token, base=site.url)
+
+
+def shot(tab, name):
+    tab.screenshot(path=str(SHOTS / f"admin-{name}.png"), full_page=True)
+
+
+def flash(tab) -> str:
+    return tab.locator(".flash").last.inner_text()
+
+
+def test_project_enqueue_paste_and_zst_requeue_and_escaping(page, site, api, tmp_path):
+    page.click(".subnav >> text=Projects")
+    page.fill("#new-id", "crawl")
+    page.select_option("#new-kind", "generic")
+    page.select_option("#new-identity", "external_id")
+    page.fill("#new-versions", VERSION)
+    page.click("#create-project button[type=submit]")
+    page.wait_for_url(f"{site.url}/admin/projects/crawl")
+    assert flash(page) == "Project crawl created."
+
+    page.fill("#values", f"https://example.org/one\nhttps://example.org/two\n{XSS}\n")
+    page.click("#enqueue-values button[type=submit]")
+    assert flash(page) == "3 jobs submitted: 3 new."
+    # The value is text on the page, and nothing ran (a dialog would fail the test).
+    assert page.locator("#jobs td.wrap", has_text=XSS).count() == 1
+    assert page.locator("#jobs script").count() == 0
+
+    source = tmp_path / "jobs.jsonl.zst"
+    with source.open("wb") as out:
+        write_source([{"id": f"s{i}", "value": f"https://example.org/s/{i}"} for i in range(20)], out)
+    page.set_input_files("#source", str(source))
+    page.click("#enqueue-source button[type=submit]")
+    assert flash(page) == "Source imported: 20 jobs read, 20 new."
+    counts = page.locator("#counts td.num")
+    assert counts.first.inner_text() == "23"  # todo
+    shot(page, "project")
+
+    claimed = api.call("POST", "/api/v1/projects/crawl/jobs/claim",
+                       {"worker_id": "w1", "max_jobs": 2, "lease_seconds": 60}).json()["jobs"]
+    assert api.fail("crawl", claimed, retryable=False, code="http_410").status_code == 200
+    page.goto(f"{site.url}/admin")
+    assert "http_410" in page.inner_text("#recent-errors")
+    shot(page, "dashboard")
+
+    page.goto(f"{site.url}/admin/projects/crawl")
+    page.select_option("#status-filter", "failed")
+    page.click("#job-filter button[type=submit]")
+    page.wait_for_url("**status=failed")
+    assert page.locator("#jobs tbody tr").count() == 2
+    page.click("#requeue-page")
+    assert flash(page) == "2 jobs requeued."
+    assert page.locator("#jobs tbody tr").count() == 0
+
+    job_id = claimed[0]["job_id"]
+    page.goto(f"{site.url}/admin/jobs/{job_id}")
+    assert "http_410" in page.inner_text("#attempts")
+    shot(page, "job")
+    page.goto(f"{site.url}/admin/projects")
+    shot(page, "projects")
+
+
+def test_escaped_job_page(page, site, api):
+    api.put_project("esc")
+    assert api.enqueue("esc", [{"id": "x", "value": XSS, "attr": {"n": XSS}}]).status_code == 200
+    page.goto(f"{site.url}/admin/projects/esc")
+    page.click("#jobs tbody a")
+    assert page.inner_text("#job-value") == XSS
+    assert XSS in page.inner_text("#spec pre")
+
+
+def test_approve_drain_and_revoke_an_enrolled_node(page, site, app):
+    node = Node(requests.Session(), app, base=site.url, name="lab-pc", approve=False)
+    page.click(".subnav >> text=Workers")
+    row = page.locator("#workers-table tbody tr", has_text="lab-pc")
+    assert row.locator(".badge").inner_text() == "pending"
+    shot(page, "workers")
+
+    row.locator("a.button", has_text="approve").click()
+    assert "Confirm: approve" in page.inner_text("#actions h2")
+    page.click("#do-approve")  # without ticking the box: refused
+    assert "Tick the box" in flash(page)
+    page.check("#confirm-approve")
+    page.click("#do-approve")
+    page.wait_for_url(f"{site.url}/admin/workers")
+    assert flash(page) == f"Node lab-pc ({node.node_id}) is now active."
+    assert node.heartbeat().status_code == 200
+
+    page.locator("#workers-table tbody tr", has_text="lab-pc").locator("a.button", has_text="drain").click()
+    page.check("#confirm-drain")
+    page.click("#do-drain")
+    assert "is now draining" in flash(page)
+
+    page.goto(f"{site.url}/admin/workers/node/{node.node_id}")
+    shot(page, "worker")
+    page.check("#confirm-revoke")
+    page.click("#do-revoke")
+    assert "is now revoked" in flash(page)
+    assert node.heartbeat().status_code == 401
+
+    page.click("#create-enrollment")
+    credential = page.inner_text("#enrollment-credential")
+    assert credential.startswith("fhqe_")
+    shot(page, "enrollment")
+
+
+def test_users_and_hooks_pages(page, site, app, api):
+    from app.accounts import service as accounts
+    from app.extensions import db
+    with app.app_context():
+        accounts.put_user("gh-7", ["worker"], "pending")
+        db.session.remove()
+    api.put_project("papers", kind="pdf", identity_mode="unique_value")
+    page.click(".subnav >> text=Users")
+    page.click("#pending button")
+    assert flash(page) == "User gh-7 is active; they can sign in now."
+    shot(page, "users")
+
+    page.click(".subnav >> text=Hooks")
+    page.select_option("#consumer-project", "papers")
+    page.fill("#consumer-name", "ocr")
+    page.fill("#consumer-url", "https://ocr.example.org/in")
+    page.click("#add-consumer button[type=submit]")
+    assert len(page.inner_text("#hook-secret")) >= 16
+    page.goto(f"{site.url}/admin/hooks?project=papers")
+    assert "https://ocr.example.org/in" in page.inner_text("#consumers")
+    shot(page, "hooks")
