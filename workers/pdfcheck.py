@@ -23,15 +23,19 @@ Order, cheapest first (each failure raises :class:`PdfRejected`):
    ``qpdf --check`` (every object, every stream decoded, every page's content
    parsed); any warning counts as a failure.
 
-The parse runs in ``python this_file --child ...``, a fresh interpreter rather
-than a fork: nothing of the parent's memory, threads or locks is inherited, and
-a hostile file (a deflate bomb, a parser bug) can only exhaust the child. The
-child sets its own CPU (RLIMIT_CPU) and address-space (RLIMIT_AS) limits before
-importing pikepdf (``preexec_fn`` is unsafe in the threaded master and
-worker); the parent kills it at the wall-clock limit.
+The parse never runs in the calling process. Each process keeps a small pool
+of *zygotes* (``python this_file --zygote``): fresh interpreters, started
+without inheriting the caller's memory, threads or locks, with pikepdf already
+imported. For each file a zygote forks a child that sets its own CPU
+(RLIMIT_CPU) and address-space (RLIMIT_AS) limits and parses; the zygote kills
+it at the wall-clock limit. A hostile file (a deflate bomb, a parser bug) can
+only exhaust that child, and the warm zygote saves the ~60 ms of interpreter
+start and import that a fresh process per file would cost. A memory limit
+below what the parser itself maps is reported as :class:`PdfCheckError`
+(misconfiguration), never blamed on the file.
 
 This module imports only the standard library at the top (pikepdf only in the
-child), so it never pulls in Flask or ``app``.
+zygote and its children), so it never pulls in Flask or ``app``.
 """
 from __future__ import annotations
 
@@ -43,6 +47,8 @@ import signal
 import stat
 import subprocess
 import sys
+import time
+import threading
 from dataclasses import dataclass
 
 HEAD_WINDOW = 1024
@@ -55,6 +61,7 @@ MAX_BYTES = 100 * 1024 * 1024
 EXIT_OK = 0
 EXIT_REJECTED = 10
 EXIT_LIMIT = 11
+EXIT_CANNOT_RUN = 12  # the check could not be carried out (configuration)
 
 # Deaths by these signals are the parse hitting a limit: SIGXCPU/SIGKILL from
 # RLIMIT_CPU (soft/hard), SIGABRT from an uncaught std::bad_alloc under
@@ -140,28 +147,12 @@ def check_pdf_file(path, *, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYT
 
 
 def _parse_in_child(path: str, limits: ParseLimits) -> tuple[int, str]:
-    # -P: do not put this file's directory (workers/) first on the child's
-    # sys.path, where its modules could shadow the standard library.
-    cmd = [sys.executable, "-P", os.path.abspath(__file__), "--child",
-           str(max(1, math.ceil(limits.cpu_seconds))), str(int(limits.memory_bytes)), path]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    try:
-        out, err = proc.communicate(timeout=limits.wall_seconds)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
+    code, out, timed_out = _ZYGOTES.run(path, limits)
+    if timed_out:
         raise PdfRejected("parse_timeout",
-                          f"parse took longer than {limits.wall_seconds} s; killed") from None
-    except BaseException:
-        # Interrupted (KeyboardInterrupt, say): never leave the child running.
-        proc.kill()
-        proc.wait()
-        raise
-
-    code = proc.returncode
+                          f"parse took longer than {limits.wall_seconds} s; killed")
     try:
-        result = json.loads(out.decode().strip().splitlines()[-1])
+        result = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
         result = {}
     if code == EXIT_OK and "pages" in result:
@@ -174,14 +165,149 @@ def _parse_in_child(path: str, limits: ParseLimits) -> tuple[int, str]:
         raise PdfRejected("parse_limit", f"parse killed by {signal.Signals(-code).name}"
                                          f" (limits: {limits.cpu_seconds} s CPU,"
                                          f" {limits.memory_bytes} bytes)")
-    tail = err.decode(errors="replace").strip()[-500:]
-    raise PdfCheckError(f"PDF parser child failed (exit {code}): {tail}")
+    raise PdfCheckError(f"PDF parser child failed (exit {code}): {out.strip()[-500:]}")
+
+
+class _Zygote:
+    """A pre-started interpreter with pikepdf imported, forking one child per parse.
+
+    Starting Python and importing pikepdf costs ~60 ms of CPU, several times
+    the parse of a typical paper; forking a warm, single-threaded process
+    costs about a millisecond. Each parse still runs in its own child with
+    its own CPU, memory and wall-time limits, so a hostile file can only kill
+    that child. The zygote exits when its parent closes its stdin.
+    """
+
+    def __init__(self):
+        # -P: do not put this file's directory (workers/) first on sys.path.
+        self.proc = subprocess.Popen(
+            [sys.executable, "-P", os.path.abspath(__file__), "--zygote"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True, bufsize=1)
+
+    def run(self, path: str, limits: ParseLimits) -> tuple[int, str, bool]:
+        request = {"path": path, "cpu": max(1, math.ceil(limits.cpu_seconds)),
+                   "memory": int(limits.memory_bytes), "wall": float(limits.wall_seconds)}
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except (BrokenPipeError, OSError) as exc:
+            raise PdfCheckError(f"PDF parser zygote is gone: {exc}") from None
+        if not line:
+            raise PdfCheckError("PDF parser zygote exited")
+        reply = json.loads(line)
+        return int(reply["code"]), reply["out"], bool(reply["timeout"])
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+class _ZygotePool:
+    """Idle zygotes of this process; one per concurrent parse, reused after."""
+
+    def __init__(self):
+        self._idle: list[_Zygote] = []
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def run(self, path: str, limits: ParseLimits) -> tuple[int, str, bool]:
+        zygote = self._take()
+        try:
+            result = zygote.run(path, limits)
+        except BaseException:
+            zygote.close()  # its state is unknown: never reuse it
+            raise
+        with self._lock:
+            self._idle.append(zygote)
+        return result
+
+    def _take(self) -> _Zygote:
+        with self._lock:
+            if self._pid != os.getpid():  # forked (gunicorn): the pipes are not ours
+                self._idle, self._pid = [], os.getpid()
+            while self._idle:
+                zygote = self._idle.pop()
+                if zygote.alive():
+                    return zygote
+        return _Zygote()
+
+
+_ZYGOTES = _ZygotePool()
+
+
+def _zygote_main() -> int:
+    import select
+
+    import pikepdf  # noqa: F401  (warm: every forked child finds it imported)
+
+    for line in sys.stdin:
+        request = json.loads(line)
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: answer on the pipe, never return into the loop
+            os.close(read_end)
+            os.dup2(write_end, 1)
+            try:
+                code = _child_main(request["cpu"], request["memory"], request["path"])
+            except BaseException:
+                code = 1
+            sys.stdout.flush()
+            os._exit(code)
+        os.close(write_end)
+        out, timed_out = bytearray(), False
+        deadline = time.monotonic() + request["wall"]
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                os.kill(pid, signal.SIGKILL)
+                break
+            ready, _, _ = select.select([read_end], [], [], left)
+            if ready:
+                chunk = os.read(read_end, 65536)
+                if not chunk:
+                    break
+                out += chunk[: max(0, 65536 - len(out))]
+        os.close(read_end)
+        _, status = os.waitpid(pid, 0)
+        reply = {"code": os.waitstatus_to_exitcode(status), "timeout": timed_out,
+                 "out": out.decode(errors="replace")}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+def _address_space_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 # --- the child ---------------------------------------------------------------
 
 def _child_main(cpu_seconds: int, memory_bytes: int, path: str) -> int:
     import resource
+
+    # A limit below what the (warm) parser process already maps would fail
+    # every file: that is a misconfiguration, not the file's fault.
+    mapped = _address_space_bytes()
+    if mapped is not None and memory_bytes <= mapped:
+        print(json.dumps({"error": f"memory limit {memory_bytes} is below the parser's own "
+                                   f"{mapped} bytes"}), flush=True)
+        return EXIT_CANNOT_RUN
 
     # Limits first, before pikepdf (and the file) can use anything. CPU: soft
     # limit sends SIGXCPU, the hard one a second later SIGKILL. No core files.
@@ -222,6 +348,8 @@ def _child_main(cpu_seconds: int, memory_bytes: int, path: str) -> int:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 2 and sys.argv[1] == "--zygote":
+        sys.exit(_zygote_main())
     if len(sys.argv) == 5 and sys.argv[1] == "--child":
         sys.exit(_child_main(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]))
     sys.exit(f"usage: {sys.argv[0]} --child CPU_SECONDS MEMORY_BYTES PATH")
