@@ -1,0 +1,288 @@
+"""The running worker: threads around one journal (DESIGN §9).
+
+    heartbeat   every ``heartbeat_s``: capacity, browser health, disk and spool,
+                last error, running attempts; cancels attempts the master no
+                longer lists (claiming.py holds the claim loop)
+    claim       fills free fetch slots from the configured projects
+    fetch ×N    one daemon thread per slot (``concurrency``): the ladder's HTTP pass
+    browser ×B  the browser pass for jobs that need it (``browser_concurrency``)
+    delivery    a dispatcher, N upload threads and 2N receipt waiters, delivery.py
+
+Every thread is a daemon: stopping never waits for a fetch or an upload to
+end. That is safe because everything that matters is in the journal; the next
+start resumes from there (recovery.py, :meth:`Runner.resume`).
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+
+from workers.runner.claiming import Claimer
+from workers.runner.delivery import Delivery
+from workers.runner.fetching import NEEDS_BROWSER, Fetcher, fetch_configs
+from workers.runner.journal import Journal
+from workers.runner.master import Master, MasterError, Refused
+from workers.runner.volume import Volume
+
+log = logging.getLogger("fleethq.worker")
+
+MAX_RUNNING_IDS = 128
+BROWSER_RECHECK_S = 300.0
+LAST_ERROR_TTL_S = 600.0
+
+
+class Runner:
+    def __init__(self, settings, volume: Volume, journal: Journal, master: Master, worker_id: str):
+        self.settings, self.volume, self.journal, self.master = settings, volume, journal, master
+        self.worker_id = worker_id
+        self.stop = threading.Event()
+        self.refused: Refused | None = None
+        self.status = "active"
+        self.last_heartbeat_ok = 0.0        # monotonic time of the last answered heartbeat
+        self._last_error: tuple[float, str] | None = None
+        self._browser: tuple[float, bool] = (0.0, False)
+        self._beat_now = threading.Event()
+        self.delivery_wake = threading.Event()
+        self.slot_freed = threading.Event()
+        self.active: dict[str, threading.Event] = {}   # downloading attempt → cancel flag
+        self.in_browser: set[str] = set()               # of those, queued for or in the browser pass
+        self._active_lock = threading.Lock()
+        self._fetching = 0      # ladder calls running now (not merely queued)
+        self.fetch_queue: queue.Queue = queue.Queue()
+        self.browser_queue: queue.Queue = queue.Queue()
+        configs = fetch_configs(settings, settings.client_version)
+        self._fetch_cfg = configs[1] or configs[0]
+        self.fetcher = Fetcher(volume, journal, configs, max_bytes=settings.max_pdf_bytes,
+                               on_error=self.note_error, on_browser=self._browser_seen)
+        self._probed = threading.Event()          # the first browser probe has answered
+        self._browser_used = False                # the browser pass has run at least once
+        self.delivery = Delivery(volume, journal, master, worker_id=worker_id,
+                                 retention_s=settings.retention_s, on_error=self.note_error,
+                                 wake=self.delivery_wake.set)
+        self.claimer = Claimer(self)
+
+    # --- shared state --------------------------------------------------------
+
+    def note_error(self, text: str) -> None:
+        self._last_error = (time.monotonic(), text[:2048])  # the heartbeat field's limit
+
+    def last_error(self) -> str | None:
+        if self._last_error and time.monotonic() - self._last_error[0] < LAST_ERROR_TTL_S:
+            return self._last_error[1]
+        return None
+
+    def refuse(self, exc: Refused) -> None:
+        if self.refused is None:
+            self.refused = exc
+            log.error("the master refuses this worker's secret (%s): stopping", exc.message)
+        self.stop.set()
+
+    def spool_bytes(self) -> int:
+        return sum(e["size"] for e in self.journal.entries("ready", "uploaded"))
+
+    def browser_ok(self) -> bool:
+        return self._browser[1]
+
+    def _browser_seen(self, ok: bool) -> None:
+        """The browser pass ran: its outcome is better evidence than a probe."""
+        self._browser_used = True
+        if ok != self._browser[1]:
+            self.beat_soon()
+        self._browser = (time.monotonic(), ok)
+
+    def _browser_loop(self) -> None:
+        """Browser health for the heartbeat, in a thread of its own: a slow or
+        hanging probe (up to ~45 s) must never delay a heartbeat, or the
+        leases it renews could run out.
+
+        The ladder's probe launches a second Chromium (~400 MB). It runs at
+        start (the browser pass waits for it, so the two never overlap) and
+        again every BROWSER_RECHECK_S only while Chromium is known broken;
+        once the browser pass has run, its own outcome keeps browser_ok
+        current and no probe runs next to the live browser."""
+        while self.settings.use_browser and not self.stop.is_set():
+            if not self._browser_used or not self._browser[1]:
+                try:
+                    from workers.fetch import browser_status
+                    ok, reason = browser_status(self._fetch_cfg, max_age_s=BROWSER_RECHECK_S)
+                except Exception as exc:  # no playwright at all: the HTTP lanes still run
+                    ok, reason = False, f"{type(exc).__name__}: {exc}"
+                if not ok and (not self._probed.is_set() or self._browser[1]):
+                    log.warning("browser lane unavailable (HTTP lanes only): %s", reason)
+                    self.note_error(f"browser unavailable: {reason}")
+                if ok != self._browser[1]:
+                    self.beat_soon()  # tell the master now, not at the next interval
+                self._browser = (time.monotonic(), bool(ok))
+                self._probed.set()
+            self.stop.wait(BROWSER_RECHECK_S)
+
+    def heartbeat_fresh(self) -> bool:
+        # Claims need a heartbeat younger than the node lease (60 s); keep a margin.
+        return time.monotonic() - self.last_heartbeat_ok < 45.0
+
+    def start_fetch(self, entry: dict) -> None:
+        with self._active_lock:
+            self.active[entry["attempt_id"]] = threading.Event()
+        self.fetch_queue.put(entry)
+
+    # --- heartbeat -----------------------------------------------------------
+
+    def beat(self) -> dict:
+        """One heartbeat. Returns the lease map. Raises MasterError."""
+        with self._active_lock:
+            fetching = list(self.active)
+        holding = [e["attempt_id"] for e in self.journal.entries("ready", "uploaded")]
+        running = (fetching + [a for a in holding if a not in fetching])[:MAX_RUNNING_IDS]
+        _, answer = self.master.call("POST", "/api/v1/fleet/heartbeat", timeout=30, body={
+            "capacity": self.settings.concurrency, "browser_ok": self.browser_ok(),
+            "disk_free_bytes": self.volume.disk_free(), "spool_bytes": self.spool_bytes(),
+            "last_error": self.last_error(), "running_attempt_ids": running})
+        self.last_heartbeat_ok = time.monotonic()
+        if answer.get("status") != self.status:
+            log.info("node status: %s", answer.get("status"))
+            self.status = answer.get("status")
+        leases = answer.get("lease_expires") or {}
+        for aid in fetching:
+            if aid not in leases:
+                with self._active_lock:
+                    flag = self.active.get(aid)
+                if flag is not None and not flag.is_set():
+                    log.warning("attempt %s is no longer leased by the master: cancelled", aid)
+                    flag.set()
+        return leases
+
+    def _heartbeat_loop(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.beat()
+            except Refused as exc:
+                return self.refuse(exc)
+            except MasterError as exc:
+                log.warning("heartbeat failed: %s", exc)
+                self.note_error(f"heartbeat: {exc}")
+            self._beat_now.wait(self.settings.heartbeat_s)
+            self._beat_now.clear()
+
+    def beat_soon(self) -> None:
+        self._beat_now.set()
+
+    # --- fetch slots and delivery --------------------------------------------
+
+    def http_stage(self) -> int:
+        """Downloads in the HTTP pass: what ``concurrency`` bounds."""
+        with self._active_lock:
+            return len(self.active) - len(self.in_browser)
+
+    def _fetch_slot(self, browser: bool = False) -> None:
+        source = self.browser_queue if browser else self.fetch_queue
+        while browser and not self._probed.wait(1.0):   # never two Chromiums at start
+            if self.stop.is_set():
+                return
+        while not self.stop.is_set():
+            try:
+                entry = source.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            aid = entry["attempt_id"]
+            outcome = None
+            with self._active_lock:
+                self._fetching += 1
+            try:
+                outcome = self.fetcher.run(entry, self.active.get(aid) or threading.Event(),
+                                           browser=browser)
+            finally:
+                with self._active_lock:
+                    self._fetching -= 1
+                    if outcome == NEEDS_BROWSER:
+                        self.in_browser.add(aid)     # stays downloading, leaves the HTTP pass
+                        self.browser_queue.put(entry)
+                    else:
+                        self.active.pop(aid, None)
+                        self.in_browser.discard(aid)
+                self.slot_freed.set()
+                self.delivery_wake.set()
+
+    def _delivery_dispatch(self, lanes: dict[str, queue.Queue]) -> None:
+        while not self.stop.is_set():
+            for aid, lane in self.delivery.due():
+                lanes[lane].put(aid)
+            self.delivery_wake.wait(1.0)
+            self.delivery_wake.clear()
+
+    def _delivery_slot(self, work: queue.Queue) -> None:
+        while not self.stop.is_set():
+            try:
+                aid = work.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            try:
+                self.delivery.handle(aid)
+            except Refused as exc:
+                return self.refuse(exc)
+            except Exception:  # never lose the thread; the entry is retried later
+                log.exception("attempt %s: delivery error", aid)
+
+    # --- lifecycle -----------------------------------------------------------
+
+    def resume(self) -> None:
+        """Downloads cut short by the last stop: fetch again under the same
+        attempt if the master still leases it, else drop them."""
+        leftovers = self.journal.entries("downloading")
+        for entry in leftovers:
+            with self._active_lock:
+                self.active[entry["attempt_id"]] = threading.Event()
+        delay = 1.0
+        while True:
+            try:
+                leases = self.beat()
+                break
+            except Refused:
+                raise
+            except MasterError as exc:
+                log.warning("first heartbeat failed: %s; retrying in %.0f s", exc, delay)
+                if self.stop.wait(delay):
+                    return
+                delay = min(delay * 2, 30.0)
+        for entry in leftovers:
+            aid = entry["attempt_id"]
+            if aid in leases:
+                log.info("attempt %s (job %s): download resumed after restart", aid, entry["job_id"])
+                self.fetch_queue.put(entry)
+            else:
+                with self._active_lock:
+                    self.active.pop(aid, None)
+                self.journal.update(aid, state="failed", reported=True, error={
+                    "code": "cancelled", "message": "lease gone while the worker was down"})
+                log.info("attempt %s (job %s): lease gone while stopped; dropped", aid, entry["job_id"])
+
+    def run(self) -> None:
+        """Start every loop; return when ``stop`` is set (signal or refusal)."""
+        threading.Thread(target=self._browser_loop, name="browser-health", daemon=True).start()
+        self.resume()
+        lanes = {"send": queue.Queue(), "receipt": queue.Queue()}
+        n = self.settings.concurrency
+        threads = [("heartbeat", self._heartbeat_loop, ()), ("claim", self.claimer.loop, ()),
+                   ("delivery", self._delivery_dispatch, (lanes,))]
+        threads += [(f"fetch-{i}", self._fetch_slot, ()) for i in range(n)]
+        if self.settings.use_browser:
+            threads += [(f"browser-{i}", self._fetch_slot, (True,))
+                        for i in range(self.settings.browser_concurrency)]
+        # Uploads: as many as fetches, so delivery keeps pace with downloads.
+        # Receipt waits are idle long-polls (the master holds no database
+        # connection for them): more of them are cheap.
+        threads += [(f"upload-{i}", self._delivery_slot, (lanes["send"],)) for i in range(max(2, n))]
+        threads += [(f"receipt-{i}", self._delivery_slot, (lanes["receipt"],))
+                    for i in range(max(4, 2 * n))]
+        for name, target, args in threads:
+            threading.Thread(target=target, args=args, name=name, daemon=True).start()
+        self.delivery_wake.set()
+        self.stop.wait()
+
+    def drain_fetches(self, grace_s: float) -> None:
+        """On a clean stop, give running downloads a moment to land as ready
+        files; queued ones stay ``downloading`` and resume at the next start."""
+        deadline = time.monotonic() + grace_s
+        while self._fetching > 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
