@@ -37,6 +37,23 @@ class SpecError(ValueError):
         self.field = field
 
 
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text[:32]} is out of range")
+    return value
+
+
+def strict_json_loads(data):
+    """``json.loads`` that refuses NaN, Infinity and numbers beyond float range:
+    none of them is JSON, and jsonb cannot store them (ValueError)."""
+    return json.loads(data, parse_constant=_reject_constant, parse_float=_finite_float)
+
+
 def is_identifier(value) -> bool:
     return isinstance(value, str) and IDENTIFIER_RE.match(value) is not None
 

@@ -6,12 +6,11 @@ A schema is a dict of field name → rule; a rule is a callable
 """
 from __future__ import annotations
 
-import json
 
 from flask import request
 
 from app.errors import InvalidRequest, TooLarge, UnsupportedMediaType
-from workers.protocol import compact_json, is_identifier, is_int
+from workers.protocol import compact_json, is_identifier, is_int, strict_json_loads
 
 
 class Optional:
@@ -40,24 +39,13 @@ def json_body(limit: int) -> dict:
         raise UnsupportedMediaType("expected application/json", details={"content_type": mimetype})
     data = read_body(limit)
     try:
-        body = json.loads(data, parse_constant=_reject_constant, parse_float=_finite_float)
+        body = strict_json_loads(data)
     except (UnicodeDecodeError, ValueError) as exc:
         # json.loads also refuses trailing data after the document.
         raise InvalidRequest(f"body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise InvalidRequest("body must be a JSON object")
     return body
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise ValueError(f"number {text[:32]} is out of range")
-    return value
 
 
 def check(obj, schema: dict, path: str = "") -> dict:

@@ -8,14 +8,13 @@ reports how far it got.
 """
 from __future__ import annotations
 
-import json
 
 from flask import current_app, request
 
 from app.errors import InvalidJob, InvalidRequest, TooLarge
 from app.pages.admin import attempt, bp
 from app.projects import enqueue, service, source_import
-from workers.protocol import SpecError, default_job_id, normalize_jobspec
+from workers.protocol import SpecError, default_job_id, normalize_jobspec, strict_json_loads
 from workers.source import Limits
 
 MAX_JOBS = 10_000
@@ -56,22 +55,11 @@ def specs_from_values(text: str, mode: str, job_type: str) -> list[dict]:
     return specs
 
 
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _finite(raw: str) -> float:
-    value = float(raw)
-    if value in (float("inf"), float("-inf")):
-        raise ValueError(f"number {raw[:32]} is out of range")
-    return value
-
-
 def specs_from_jsonl(text: str, mode: str) -> list[dict]:
     specs = []
     for n, line in _lines(text):
         try:
-            raw = json.loads(line, parse_constant=_reject_constant, parse_float=_finite)
+            raw = strict_json_loads(line)
         except ValueError as exc:
             raise InvalidJob(f"line {n}: not valid JSON ({exc})") from None
         specs.append(_normalize(raw, mode, n))
