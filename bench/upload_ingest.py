@@ -3,7 +3,8 @@
 
 Default: 4 concurrent clients, 200 synthetic valid PDFs of 20 MiB. The
 ceiling, measured in the same run on the same disk: hashing and writing the
-same bytes with fsync (4 threads). A second phase uploads 4 × 100 MiB at once
+same bytes with fsync in one stream (the parallel figure is printed too).
+A second phase uploads 4 × 100 MiB at once
 and samples the RSS of every master process (web arbiter and workers, task
 processes).
 
@@ -269,9 +270,13 @@ def main():
         for i in range(args.files):
             path = os.path.join(src_dir, f"p{i}.pdf")
             files.append((path, make_pdf(path, pages=4, target_bytes=args.mib * MB, seed=i)))
-        ceiling_mb_s = ceiling([p for p, _ in files], args.clients, work_dir)
-        print(f"ceiling (sha256 + write + fsync, {args.clients} threads): {ceiling_mb_s:.0f} MB/s",
-              flush=True)
+        # The ceiling is one stream hashing and writing the bytes with fsync (the
+        # measure of the machine notes' anchor figure); the same work spread
+        # over the clients' thread count is printed beside it for context.
+        ceiling_mb_s = ceiling([p for p, _ in files], 1, work_dir)
+        parallel_mb_s = ceiling([p for p, _ in files], args.clients, work_dir)
+        print(f"ceiling (sha256 + write + fsync): {ceiling_mb_s:.0f} MB/s in one stream, "
+              f"{parallel_mb_s:.0f} MB/s in {args.clients} threads", flush=True)
 
         env = {"FLEETHQ_DATA_DIR": data_dir}
         flask(url, "put-project", "papers", "--kind", "pdf", "--identity-mode", "unique_value",
