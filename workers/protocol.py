@@ -23,7 +23,6 @@ MAX_VIA_BYTES = 8192
 MAX_ATTR_BYTES = 8 * 1024
 MAX_SPEC_BYTES = 32 * 1024
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-INT64_MAX = 2**63 - 1
 
 SPEC_FIELDS = ("id", "value", "type", "via", "hops", "attr", "random_key")
 SOURCE_FORMAT = "jobs-jsonl-zstd-v1"

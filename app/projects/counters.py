@@ -32,15 +32,6 @@ def attempt_totals() -> dict[str, dict[str, int]]:
     return result
 
 
-def all_job_counts() -> dict[str, dict[str, int]]:
-    result: dict[str, dict[str, int]] = {}
-    rows = db.session.execute(text(
-        "SELECT project_id, state, sum(delta) FROM job_counts GROUP BY project_id, state"))
-    for project_id, state, total in rows:
-        result.setdefault(project_id, dict.fromkeys(JOB_STATES, 0))[state] = int(total)
-    return result
-
-
 _FOLD = """
 WITH gone AS (DELETE FROM {table} RETURNING project_id, state, delta)
 INSERT INTO {table} (project_id, state, delta)

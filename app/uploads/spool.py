@@ -74,9 +74,6 @@ class Spool:
                 out.append((entry.path, int(match[1]), int(match[2]), entry.stat().st_mtime))
         return out
 
-    def used_bytes(self) -> int:
-        return sum(os.path.getsize(p) for p, *_ in self.files())
-
 
 def remove_quietly(path: str | None) -> None:
     if path:

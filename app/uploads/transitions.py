@@ -19,9 +19,6 @@ from app.projects import wakeups
 from app.projects.leasing import Worker
 from app.uploads import spool as spool_mod
 
-LIVE = ("uploading", "staged")
-
-
 class UploadMismatch(Conflict):
     code = "stale_attempt"
 
