@@ -49,7 +49,10 @@ class Defaults:
     PUBLIC_URL = None
     DEV_MODE = False
     LOG_JSON = True
-    SQLALCHEMY_ENGINE_OPTIONS = {"pool_size": 10, "max_overflow": 20, "pool_pre_ping": True}
+    SQLALCHEMY_ENGINE_OPTIONS = {"pool_size": 10, "max_overflow": 20, "pool_pre_ping": True,
+                                 "connect_args": {"application_name": "fleethq-web"}}
+    # Worker traffic has its own pool (DESIGN §12: 16..64, default 20).
+    FLEET_POOL_SIZE = 20
 
 
 def _coerce(raw: str):
@@ -73,6 +76,12 @@ def load(overrides: dict | None = None) -> dict:
             cfg[key] = raw
     cfg.update(overrides or {})
     cfg["SQLALCHEMY_DATABASE_URI"] = sqlalchemy_url(cfg["DATABASE_URL"])
+    size = cfg["FLEET_POOL_SIZE"]
+    if not isinstance(size, int) or isinstance(size, bool) or not 16 <= size <= 64:
+        raise ValueError(f"FLEET_POOL_SIZE must be an integer 16..64, not {size!r}")
+    cfg["SQLALCHEMY_BINDS"] = {"fleet": {
+        "url": cfg["SQLALCHEMY_DATABASE_URI"], "pool_size": size, "max_overflow": 0,
+        "pool_pre_ping": True, "connect_args": {"application_name": "fleethq-fleet"}}}
     cfg["LISTEN_DSN"] = libpq_url(cfg["SQLALCHEMY_DATABASE_URI"])
     return cfg
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import math
 
-from flask import Blueprint, jsonify, request
+from flask import Blueprint, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from app.errors import FleetError
@@ -54,6 +54,13 @@ def init_app(app) -> None:
         log.exception("unhandled error")
         err = FleetError("internal error")  # never leak internals
         return error_response(err) if _is_api() else ("internal error", 500)
+
+    @app.before_request
+    def _route_worker_traffic():
+        # Heartbeats, claims, outcomes, uploads and receipts use the fleet pool.
+        path = request.path
+        if path.startswith(("/api/v1/fleet/", "/api/v1/projects/")):
+            g.fleet_pool = True
 
     @app.after_request
     def _no_store(response):
