@@ -263,13 +263,21 @@ def complete(attempt_id: int, asset_key: str) -> bool:
 def cancel_worker_attempts(worker_id: str, owner: str | None) -> int:
     """Revocation: running and uploading attempts of the worker are cancelled
     and their jobs go back to the queue; staged uploads still finish. The
-    caller commits."""
+    caller commits.
+
+    Driven from the jobs (locked first, then their attempts) — the same lock
+    order as claims, outcomes and the reaper, so a revoke racing them cannot
+    deadlock.
+    """
     rows = db.session.execute(text("""
-        WITH att AS (
-            UPDATE attempts SET state = 'cancelled', finished_at = now()
-            WHERE worker_id = :w AND worker_owner IS NOT DISTINCT FROM :o
-              AND state IN ('running', 'uploading')
-            RETURNING id, job_id
+        WITH target AS (
+            SELECT id, current_attempt_id FROM jobs
+            WHERE state = 'wip' AND worker_id = :w AND worker_owner IS NOT DISTINCT FROM :o
+            FOR UPDATE
+        ), att AS (
+            UPDATE attempts a SET state = 'cancelled', finished_at = now()
+            FROM target WHERE a.id = target.current_attempt_id AND a.state IN ('running', 'uploading')
+            RETURNING a.id, a.job_id
         )
         UPDATE jobs j SET state = 'todo', lease_expires_at = NULL, not_before = now(), updated_at = now(),
             last_error = jsonb_build_object('code', 'cancelled', 'message', 'worker revoked')
