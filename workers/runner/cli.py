@@ -137,11 +137,20 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
                         stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
+    if args.command != "run":
+        return cmd_status(args)
     try:
-        return cmd_run(args) if args.command == "run" else cmd_status(args)
+        code = cmd_run(args)
     except Exception:
         log.exception("unexpected error")
-        return EXIT_ERROR
+        code = EXIT_ERROR
+    # Exit without interpreter finalization: fetch threads parked inside
+    # Playwright's greenlets or native code can crash Python's teardown
+    # (seen as SIGSEGV at exit). The journal and volume are already closed.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
