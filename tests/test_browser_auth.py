@@ -7,29 +7,12 @@ Chromium missing is a failure, not a skip.
 """
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import pytest
 
+from tests.browser import SHOTS, browser  # noqa: F401  (fixture)
 from tests.github_standin import GitHubStandIn
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-quic"]
-SHOTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "screenshots"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"Chromium is required at {CHROMIUM} (apt-get install chromium)", pytrace=False)
-    from playwright.sync_api import sync_playwright
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture(scope="module")
