@@ -144,3 +144,21 @@ def free_port() -> int:
 
 def unique(prefix: str = "p") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def scratch_database_url():
+    """An empty database of its own (not the session one), dropped afterwards."""
+    dbname = f"fleethq_scratch_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    janitor = DatabaseJanitor(user=PG_USER, host=PG_HOST, port=PG_PORT, dbname=dbname)
+    janitor.init()
+    try:
+        yield f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{dbname}"
+    finally:
+        janitor.drop()
+
+
+def make_app(url: str, **kw):
+    """A separate app on ``url`` (quiet logs, testing mode)."""
+    from app import create_app
+    return create_app({"DATABASE_URL": url, "TESTING": True, "LOG_JSON": False}, **kw)

@@ -2,17 +2,16 @@
 downgrade/upgrade cycle, the counter triggers, and the newer-schema guard."""
 from __future__ import annotations
 
+from tests.conftest import make_app
 from tests.helpers import latest_revision
 
-import os
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from pytest_postgresql.janitor import DatabaseJanitor
 from sqlalchemy import text
 
-from tests.conftest import PG_HOST, PG_PORT, PG_USER, unique
+
 from tests.helpers import Api, body, values
 
 APP_TABLES = {"attempt_totals", "attempts", "job_counts", "jobs", "machine_tokens",
@@ -23,20 +22,8 @@ TRIGGERS = {("jobs", "jobs_count_insert"), ("jobs", "jobs_count_update"),
 
 
 @pytest.fixture
-def scratch_url():
-    """A database of its own, not the session one."""
-    dbname = f"fleethq_mig_{os.getpid()}_{unique('d').split('-')[1]}"
-    janitor = DatabaseJanitor(user=PG_USER, host=PG_HOST, port=PG_PORT, dbname=dbname)
-    janitor.init()
-    try:
-        yield f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{dbname}"
-    finally:
-        janitor.drop()
-
-
-def make_app(url, **kw):
-    from app import create_app
-    return create_app({"DATABASE_URL": url, "TESTING": True, "LOG_JSON": False}, **kw)
+def scratch_url(scratch_database_url):
+    return scratch_database_url
 
 
 def dispose(application):

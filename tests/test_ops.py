@@ -2,6 +2,7 @@
 several gunicorn workers (DESIGN §2, app/ops)."""
 from __future__ import annotations
 
+from tests.conftest import make_app
 from tests.helpers import latest_revision
 
 import os
@@ -14,9 +15,8 @@ import time
 
 import pytest
 import requests
-from pytest_postgresql.janitor import DatabaseJanitor
 
-from tests.conftest import PG_HOST, PG_PORT, PG_USER, free_port, unique
+from tests.conftest import PG_USER, free_port, unique
 from tests.helpers import Api, body, values
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,19 +53,8 @@ def closed_port_url() -> str:
 
 
 @pytest.fixture
-def scratch_database():
-    dbname = f"fleethq_ops_{os.getpid()}_{unique('d').split('-')[1]}"
-    janitor = DatabaseJanitor(user=PG_USER, host=PG_HOST, port=PG_PORT, dbname=dbname)
-    janitor.init()
-    try:
-        yield f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{dbname}"
-    finally:
-        janitor.drop()
-
-
-def make_app(url: str, **kw):
-    from app import create_app
-    return create_app({"DATABASE_URL": url, "TESTING": True, "LOG_JSON": False}, **kw)
+def scratch_database(scratch_database_url):
+    return scratch_database_url
 
 
 def dispose(application):
