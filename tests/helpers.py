@@ -73,3 +73,16 @@ def latest_revision() -> str:
     import os
     versions = os.path.join(os.path.dirname(os.path.dirname(__file__)), "migrations", "versions")
     return max(name.split("_")[0] for name in os.listdir(versions) if name.endswith(".py"))
+
+
+def db_rows(app, statement: str, **params) -> list[dict]:
+    """Run one SQL statement in a session of its own, commit, return its rows."""
+    from sqlalchemy import text
+
+    from app.extensions import db
+    with app.app_context():
+        result = db.session.execute(text(statement), params)
+        out = [dict(r) for r in result.mappings().all()] if result.returns_rows else []
+        db.session.commit()
+        db.session.remove()
+    return out

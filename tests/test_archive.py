@@ -23,7 +23,6 @@ import psycopg
 import pytest
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.common import QueueJoinTimeout
-from sqlalchemy import text
 
 import tasks
 from app.storage import LocalObjectStore, content_key, from_config
@@ -31,7 +30,7 @@ from tasks import actors
 from tasks.middleware import AppContext
 from tests.conftest import free_port, unique
 from tests.fleet_helpers import Node, pdf_project
-from tests.helpers import Api, body
+from tests.helpers import Api, body, db_rows
 from tests.pdfs import make_pdf
 
 PIPELINE_ACTORS = (actors.archive_commit, actors.deliver_hook, actors.reconcile,
@@ -63,14 +62,7 @@ class Recorder(dramatiq.Middleware):
 
 
 def rows(app, sql: str, **params) -> list[dict]:
-    """Run one statement in its own session and commit."""
-    from app.extensions import db
-    with app.app_context():
-        result = db.session.execute(text(sql), params)
-        out = [dict(r) for r in result.mappings().all()] if result.returns_rows else []
-        db.session.commit()
-        db.session.remove()
-    return out
+    return db_rows(app, sql, **params)
 
 
 def one(app, sql: str, **params) -> dict:

@@ -19,14 +19,13 @@ from pathlib import Path
 
 import dramatiq
 import pytest
-from sqlalchemy import text
 
 import tasks
 from tasks import actors
 from tasks.middleware import AppContext
 from tests.conftest import unique
 from tests.fleet_helpers import decide, enrollment_credential, pdf_project
-from tests.helpers import VERSION, Api
+from tests.helpers import VERSION, Api, db_rows
 from tests.worker_gate import Master
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,13 +43,7 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
 
 
 def sql(app, statement: str, **params) -> list[dict]:
-    from app.extensions import db
-    with app.app_context():
-        result = db.session.execute(text(statement), params)
-        out = [dict(r) for r in result.mappings().all()] if result.returns_rows else []
-        db.session.commit()
-        db.session.remove()
-    return out
+    return db_rows(app, statement, **params)
 
 
 class WorkerProcess:
