@@ -74,3 +74,30 @@ def on_exit(server):
     # directory: leave it; a later fresh start removes it once that pid is gone.
     if _owned_multiproc_dir and not server.reexec_pid:
         shutil.rmtree(_owned_multiproc_dir, ignore_errors=True)
+
+
+# glibc mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def post_fork(server, worker):
+    """Keep freed upload buffers in the worker's heap.
+
+    Upload bodies arrive in 1 MiB pieces, and each piece is copied a few times
+    on its way from the socket to the spool. With glibc's defaults most of
+    those buffers are mmapped or trimmed on free and faulted in again, page
+    by page, for the next piece: measured by bench/upload_ingest.py, that
+    page-fault work is a good part of the web process's CPU. Serving
+    allocations below 8 MiB from the heap and trimming it only above 64 MiB
+    of free space keeps the pages mapped, at the cost of a few MiB of RSS.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        libc.mallopt(_M_MMAP_THRESHOLD, 8 * 1024 * 1024)
+        libc.mallopt(_M_TRIM_THRESHOLD, 64 * 1024 * 1024)
+    except (OSError, AttributeError):  # not glibc (musl, say): keep its defaults
+        server.log.debug("mallopt unavailable; allocator defaults kept")

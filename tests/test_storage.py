@@ -139,6 +139,25 @@ def test_source_not_matching_its_digest_is_refused(backend, tmp_path, wrong):
     assert backend.listing() == []  # no object, no temp file
 
 
+def test_caller_hashed_source_is_stored_and_still_measured(backend, tmp_path):
+    data = pdf_bytes()
+    path, sha, size = make_file(tmp_path, data)
+    key = content_key(sha)
+    with pytest.raises(IntegrityError) as err:
+        backend.store.put_file(key, path, sha256_hex=sha, size=size - 1, source_hashed=True)
+    assert err.value.stored is False
+    assert backend.listing() == []
+    result = backend.store.put_file(key, path, sha256_hex=sha, size=size, source_hashed=True)
+    assert result.existed is False
+    with backend.store.open(key) as stream:
+        assert stream.read() == data
+    # An existing object is re-hashed whatever the caller says about its source.
+    backend.corrupt(key, b"rotted")
+    with pytest.raises(IntegrityError) as err:
+        backend.store.put_file(key, path, sha256_hex=sha, size=size, source_hashed=True)
+    assert err.value.stored is True
+
+
 def test_20_mib_round_trip(backend, tmp_path):
     path = tmp_path / "big.pdf"
     digest = hashlib.sha256()

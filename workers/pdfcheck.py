@@ -106,8 +106,13 @@ def sha256_file(path) -> str:
 
 def check_pdf_file(path, *, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES,
                    expected_size: int | None = None, expected_sha256: str | None = None,
-                   parse: bool = True, limits: ParseLimits = ParseLimits()) -> PdfInfo:
+                   parse: bool = True, limits: ParseLimits = ParseLimits(),
+                   known_sha256: str | None = None) -> PdfInfo:
     """Check ``path`` as described in the module docstring; return what was learnt.
+
+    ``known_sha256`` is the digest the caller computed from these very bytes as
+    it wrote them (the master hashes an upload while streaming it into the
+    spool): step 4 then uses it instead of reading the whole file once more.
 
     Raises :class:`PdfRejected` for a bad file, :class:`PdfCheckError` when the
     check could not be carried out, ``OSError`` when the file cannot be read.
@@ -134,8 +139,11 @@ def check_pdf_file(path, *, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYT
         if b"%%EOF" not in f.read(TAIL_WINDOW):
             raise PdfRejected("no_eof", f"no %%EOF in the last {TAIL_WINDOW} bytes (truncated?)")
 
-        f.seek(0)
-        digest = hashlib.file_digest(f, "sha256").hexdigest()
+        if known_sha256 is not None:
+            digest = known_sha256.lower()
+        else:
+            f.seek(0)
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
     if expected_sha256 is not None and digest != expected_sha256.lower():
         raise PdfRejected("hash_mismatch", f"SHA-256 is {digest}, expected {expected_sha256}")
 

@@ -121,8 +121,16 @@ class ObjectStore(abc.ABC):
     """Write-once, content-verified blob storage."""
 
     @abc.abstractmethod
-    def put_file(self, key: str, path: str, *, sha256_hex: str, size: int) -> PutResult:
+    def put_file(self, key: str, path: str, *, sha256_hex: str, size: int,
+                 source_hashed: bool = False) -> PutResult:
         """Store the file at ``path`` under ``key`` unless the key exists.
+
+        ``source_hashed``: the caller computed ``sha256_hex`` from these very
+        bytes as it wrote them, and nothing has written the file since (a
+        sealed spool file). Where checking the source would only mean reading
+        it once more (a hard link in the local store; S3, whose server checks
+        the SHA-256 it is sent), only its size is checked. Copies still hash
+        what they write, and an existing object is always re-hashed.
 
         Raises:
             IntegrityError: the source does not match ``sha256_hex``/``size``

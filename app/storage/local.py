@@ -10,7 +10,7 @@ directory is fsynced afterwards so the new name survives a crash.
 When the source lies on the same filesystem (the spool next to the store, the
 embedded default), it is hard-linked instead of copied: no second write of
 the bytes, which are re-hashed through the new name before the link to the
-key is made.
+key is made (only measured, when the caller hashed them as it wrote them).
 
 Leftover ``.tmp-*`` files (crash mid-copy) never collide with keys, whose
 path parts cannot start with a dot.
@@ -52,14 +52,15 @@ class LocalObjectStore(ObjectStore):
         """Filesystem path of a key (for serving local objects directly)."""
         return os.path.join(self.root, *check_key(key).split("/"))
 
-    def put_file(self, key: str, path: str, *, sha256_hex: str, size: int) -> PutResult:
+    def put_file(self, key: str, path: str, *, sha256_hex: str, size: int,
+                 source_hashed: bool = False) -> PutResult:
         digest = check_digest(sha256_hex)
         final = self.path_of(key)
         if self.exists(key):
             return verify_existing(key, self.sha256_of(key), digest, size)
         if self._same_filesystem(path):
             try:
-                created = self._link_source(path, final, key, digest, size)
+                created = self._link_source(path, final, key, digest, size, source_hashed)
             except OSError as exc:
                 if exc.errno not in _NO_LINK:
                     raise StorageUnavailable(f"local object store: {exc}") from exc
@@ -85,17 +86,21 @@ class LocalObjectStore(ObjectStore):
         except OSError:
             return False
 
-    def _link_source(self, path: str, final: str, key: str, digest: str, size: int) -> bool:
+    def _link_source(self, path: str, final: str, key: str, digest: str, size: int,
+                     source_hashed: bool) -> bool:
         """Zero-copy archive of a spool file on the same filesystem.
 
         The spool file is already durable and never written again, so it is
-        hard-linked under a temp name, re-hashed from that name (the bytes
-        that will be the object), and published like a copied file.
+        hard-linked under a temp name, checked through that name (the bytes
+        that will be the object: re-hashed, or only measured when the caller
+        hashed them as it wrote them), and published like a copied file.
         """
         def fill(tmp: str) -> None:
             os.link(path, tmp)
             with open(tmp, "rb") as linked:
-                self._seal(linked.fileno(), hash_stream(linked), key, digest, size)
+                actual = (digest, os.fstat(linked.fileno()).st_size) if source_hashed \
+                    else hash_stream(linked)
+                self._seal(linked.fileno(), actual, key, digest, size)
         return self._publish(final, fill)
 
     def _write_new(self, src: BinaryIO, final: str, key: str, digest: str, size: int) -> bool:

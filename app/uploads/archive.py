@@ -42,7 +42,8 @@ def commit(attempt_id: int, store) -> str:
     sha256, size, spool_file, project_id, job_id, value = row
     object_key = content_key(sha256)
     try:
-        store.put_file(object_key, spool_file, sha256_hex=sha256, size=size)
+        # The spool file was hashed as it streamed in and is never rewritten.
+        store.put_file(object_key, spool_file, sha256_hex=sha256, size=size, source_hashed=True)
     except (StorageError, OSError) as exc:
         tries = outbox.retry_later("archive_commit", attempt_id, f"{exc.__class__.__name__}: {exc}")
         db.session.execute(text("UPDATE uploads SET commit_tries = commit_tries + 1, updated_at = now() "

@@ -150,7 +150,7 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
         if digest != meta.sha256:
             raise pdfcheck.PdfRejected("hash_mismatch", "SHA-256 of the body differs from X-PDF-SHA256")
         pdfcheck.check_pdf_file(part, min_bytes=min_bytes, max_bytes=max_bytes,
-                                expected_size=meta.size, limits=parse_limits)
+                                expected_size=meta.size, limits=parse_limits, known_sha256=digest)
     except pdfcheck.PdfCheckError as exc:
         spool_mod.remove_quietly(part)
         raise VerificationUnavailable(f"could not verify the upload: {exc}",
