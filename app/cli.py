@@ -213,6 +213,41 @@ def list_workers():
     _emit(listing.workers(current_app.config["WORKER_STALE_S"]))
 
 
+@fleet.command("held")
+@click.option("--worker", "worker_id", default=None, help="Only this worker's held files.")
+@click.option("--user", "user_id", default=None, help="With --worker: a token worker of this user.")
+def list_held(worker_id, user_id):
+    """Held files of revoked workers, kept for investigation (DESIGN §8.7)."""
+    from app.uploads import held
+    _emit(held.listing(worker_id, user_id))
+
+
+@fleet.command("release-held")
+@click.argument("attempt_ids", nargs=-1, type=int)
+@click.option("--worker", "worker_id", default=None, help="Every held file of this worker.")
+@click.option("--user", "user_id", default=None, help="With --worker: a token worker of this user.")
+def release_held(attempt_ids, worker_id, user_id):
+    """Delete held files (by attempt id, or all of one worker) and free their quota."""
+    from flask import current_app
+
+    from app.uploads import held
+    from app.uploads.spool import Spool
+    if bool(attempt_ids) == bool(worker_id):
+        raise click.UsageError("give attempt ids or --worker, not both")
+    spool = Spool.from_config(current_app.config)
+    released = []
+    try:
+        if worker_id:
+            released = held.release_worker(worker_id, user_id, spool, "cli")
+        else:
+            for attempt_id in attempt_ids:
+                released.append(held.release(attempt_id, spool, "cli"))
+    except FleetError as exc:
+        _emit(released)
+        _fail(exc)
+    _emit(released)
+
+
 @fleet.command("add-hook")
 @click.argument("project_id")
 @click.option("--name", required=True)

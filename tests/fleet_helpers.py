@@ -10,10 +10,11 @@ import hashlib
 import secrets
 
 from tests.helpers import VERSION, body
+from workers.runner.volume import new_worker_id
 
 
 def new_identity() -> tuple[str, str]:
-    node_id = secrets.token_urlsafe(24)
+    node_id = new_worker_id()
     secret = "fhqn_" + base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
     return node_id, secret
 

@@ -338,6 +338,19 @@ def test_invalid_transitions_are_clear_cli_errors(app, client):
     assert node_status(app, node.node_id) == "active"
 
 
+def test_generated_worker_ids_never_look_like_cli_options(app, client):
+    from workers.runner.volume import new_worker_id
+    ids = [new_worker_id() for _ in range(2000)]  # ~31 would start with "-" if unfiltered
+    assert all(len(i) == 32 and not i.startswith("-") for i in ids)
+    # An id that does start with a dash (another SDK's) is still reachable after "--".
+    node = Node(client, app, approve=False)
+    sql(app, "UPDATE fleet_nodes SET id = :new WHERE id = :old", new="-dash-first-0123456789",
+        old=node.node_id)
+    assert cli(app, "fleet", "worker", "approve", "-dash-first-0123456789").exit_code == 2
+    result = cli(app, "fleet", "worker", "approve", "--", "-dash-first-0123456789")
+    assert cli_json(result)["status"] == "active"
+
+
 def test_rejected_node_is_terminal_and_its_secret_is_dead(app, client):
     node = Node(client, app, approve=False)
     assert cli_json(cli(app, "fleet", "worker", "reject", node.node_id))["status"] == "rejected"

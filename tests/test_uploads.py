@@ -100,6 +100,21 @@ def start(app, client, api, project="papers", n=1, *, node=None, **policy):
     return node, jobs
 
 
+def token_worker_claims_a_paper(client, api, token: str, worker_id: str) -> tuple[Api, dict]:
+    """A pdf project with one paper, claimed by a token worker (user machine token + worker id)."""
+    worker = Api(client, token)
+    pdf_project(api, "papers")
+    assert api.enqueue("papers", papers(1)).status_code in (200, 201)
+    beat = worker.call("POST", "/api/v1/fleet/heartbeat", {
+        "capacity": 1, "browser_ok": True, "disk_free_bytes": 10**10, "spool_bytes": 0,
+        "running_attempt_ids": [], "worker_id": worker_id})
+    assert beat.status_code == 200, body(beat)
+    claimed = worker.claim("papers", worker_id=worker_id, max_jobs=1)
+    assert claimed.status_code == 200, body(claimed)
+    (job,) = body(claimed)["jobs"]
+    return worker, job
+
+
 def rows(app, sql, **params) -> list[dict]:
     from app.extensions import db
     with app.app_context():
@@ -518,17 +533,7 @@ def test_token_worker_uploads_its_own_attempt(app, client, api, dirs, files, mak
     (issue 3: "only approved nodes (and token workers of active users)
     claim"), so they must be able to upload what they claimed; another user
     cannot."""
-    token = make_user("alice", ["worker"])
-    worker = Api(client, token)
-    pdf_project(api, "papers")
-    assert api.enqueue("papers", papers(1)).status_code in (200, 201)
-    beat = worker.call("POST", "/api/v1/fleet/heartbeat", {
-        "capacity": 1, "browser_ok": True, "disk_free_bytes": 10**10, "spool_bytes": 0,
-        "running_attempt_ids": [], "worker_id": "alice-box"})
-    assert beat.status_code == 200, body(beat)
-    claimed = worker.claim("papers", worker_id="alice-box", max_jobs=1)
-    assert claimed.status_code == 200, body(claimed)
-    (job,) = body(claimed)["jobs"]
+    worker, job = token_worker_claims_a_paper(client, api, make_user("alice", ["worker"]), "alice-box")
     data = files["good"]
     upload_headers = {"X-PDF-SHA256": sha(data), "X-PDF-Size": str(len(data)),
                       "Content-Type": "application/pdf"}

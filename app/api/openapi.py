@@ -89,7 +89,7 @@ SCHEMAS = {
     "Receipt": {"type": "object", "required": ["job_id", "attempt_id", "state", "sha256", "size",
                                                "asset_key", "error"], "properties": {
         "job_id": IDENT, "attempt_id": IDENT,
-        "state": {"enum": ["uploading", "staged", "done", "failed", "expired"]},
+        "state": {"enum": ["uploading", "staged", "done", "failed", "expired", "held"]},
         "sha256": {"type": "string"}, "size": {"type": "integer"},
         "asset_key": {"type": ["string", "null"]}, "error": {"type": ["object", "null"]}}},
     "User": {"type": "object", "properties": {

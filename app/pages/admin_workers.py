@@ -1,5 +1,6 @@
 """``/admin/workers``: enrolled nodes and token workers, their health, and
-the fleet actions (approve, reject, drain, enable, revoke).
+the fleet actions (approve, reject, drain, enable, revoke), and releasing the
+held files of revoked workers (DESIGN §8.7).
 
 Fleet actions need a human (DESIGN §11), so each one goes through a
 confirmation step: the worker's page shows the action with a checkbox that
@@ -15,6 +16,8 @@ from app.fleet import listing
 from app.fleet import service as fleet
 from app.pages import admin_lookups, aggregates
 from app.pages.admin import actor, attempt, bp, refuse, shown_once
+from app.uploads import held
+from app.uploads.spool import Spool
 
 ENROLLMENT_VALID = timedelta(minutes=15)
 ERRORS_PER_WORKER = 3
@@ -57,6 +60,7 @@ def _worker_page(kind: str, worker_id: str, user_id: str | None):
         "admin/worker.html", worker=row, actions=actions,
         confirm=action if action in actions else None,
         live_jobs=admin_lookups.live_jobs_of_worker(worker_id, user_id),
+        held_files=held.listing(worker_id, user_id),
         failures=aggregates.recent_failures(20, worker_id=worker_id, worker_owner=user_id),
         stale_after_s=current_app.config["WORKER_STALE_S"])
 
@@ -90,6 +94,25 @@ def decide_token_worker(user_id, worker_id, action):
     return attempt(lambda: fleet.decide_token_worker(user_id, worker_id, action),
                    lambda w: f"Token worker {w.user_id}/{w.worker_id} is now {w.status}.",
                    "admin.workers")
+
+
+def _release_held(worker_id: str, user_id: str | None, endpoint: str, **values):
+    if request.form.get("confirm") != "yes":
+        return refuse("Tick the box to confirm: release the held files.", endpoint, **values)
+    spool = Spool.from_config(current_app.config)
+    return attempt(lambda: held.release_worker(worker_id, user_id, spool, actor()),
+                   lambda released: f"Released {len(released)} held file(s): deleted, quota freed.",
+                   endpoint, **values)
+
+
+@bp.post("/workers/node/<node_id>/held/release")
+def release_held_node(node_id):
+    return _release_held(node_id, None, "admin.node", node_id=node_id)
+
+
+@bp.post("/workers/token/<user_id>/<worker_id>/held/release")
+def release_held_token_worker(user_id, worker_id):
+    return _release_held(worker_id, user_id, "admin.token_worker", user_id=user_id, worker_id=worker_id)
 
 
 @bp.post("/workers/enrollments")

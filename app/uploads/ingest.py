@@ -115,6 +115,21 @@ def _stream_to(fd: int, stream, size: int, deadline: float, sock) -> str:
     return digest.hexdigest()
 
 
+def _discard(attempt_id: int, generation: int, path: str) -> None:
+    """Remove an admitted upload's file, unless its worker's revocation put
+    the upload on hold: then the file is kept for an admin (DESIGN §8.7)."""
+    try:
+        if transitions.keep_if_held(attempt_id, generation, path):
+            log.warning("upload of a revoked worker held", extra={"attempt_id": attempt_id, "path": path})
+            return
+    except Exception:  # noqa: BLE001 - the database decides later
+        # Without the database we cannot tell: leave the file to the spool
+        # sweeper, which removes it unless the upload is held.
+        log.exception("could not look up upload %s; its file is left to the sweeper", attempt_id)
+        return
+    spool_mod.remove_quietly(path)
+
+
 def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *,
             min_bytes: int, max_bytes: int, parse_limits: pdfcheck.ParseLimits) -> tuple[int, dict]:
     """Run the upload pipeline. Returns (HTTP status, receipt-like state)."""
@@ -130,20 +145,21 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
                            {"code": "invalid_pdf", "message": message, "reason": "too_small"})
         raise InvalidUpload(message, details={"reason": "too_small"})
     deadline = time.monotonic() + admission.deadline_s
-    part, fd = spool.create_exclusive(attempt_id, admission.generation)
+    generation = admission.generation
+    part, fd = spool.create_exclusive(attempt_id, generation)
     try:
         try:
             digest = _stream_to(fd, stream, meta.size, deadline, sock)
         finally:
             os.close(fd)
     except (TimeoutError, ConnectionError, OSError) as exc:
-        spool_mod.remove_quietly(part)
+        _discard(attempt_id, generation, part)
         # The attempt stays uploading: a retry gets a new generation.
         err = InvalidRequest(f"upload interrupted: {exc}")
         err.retryable = True
         raise err from None
     except BaseException:
-        spool_mod.remove_quietly(part)
+        _discard(attempt_id, generation, part)
         raise
     streamed = time.monotonic()
     try:
@@ -152,21 +168,21 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
         pdfcheck.check_pdf_file(part, min_bytes=min_bytes, max_bytes=max_bytes,
                                 expected_size=meta.size, limits=parse_limits, known_sha256=digest)
     except pdfcheck.PdfCheckError as exc:
-        spool_mod.remove_quietly(part)
+        _discard(attempt_id, generation, part)
         raise VerificationUnavailable(f"could not verify the upload: {exc}",
                                       retry_after_ms=5000) from None
     except pdfcheck.PdfRejected as exc:
-        spool_mod.remove_quietly(part)
-        transitions.reject(attempt_id, admission.generation,
+        transitions.reject(attempt_id, generation,
                            {"code": "invalid_pdf", "message": str(exc), "reason": exc.reason})
+        _discard(attempt_id, generation, part)
         raise InvalidUpload(str(exc), details={"reason": exc.reason}) from None
     verified = time.monotonic()
-    final = spool.seal(part, attempt_id, admission.generation)
-    staged = transitions.stage(attempt_id, admission.generation, final, {
+    final = spool.seal(part, attempt_id, generation)
+    staged = transitions.stage(attempt_id, generation, final, {
         "source_url": meta.source_url, "download_strategy": meta.download_strategy,
         "download_result": meta.download_result})
     if not staged:
-        spool_mod.remove_quietly(final)
+        _discard(attempt_id, generation, final)
         raise StaleUpload("a newer upload of this attempt, or a change of the attempt, won")
     done = time.monotonic()
     log.info("upload staged", extra={

@@ -1,7 +1,9 @@
 """Upload rows double as receipts (DESIGN §7, §8).
 
 One row per attempt that started an upload. ``state`` moves
-``uploading → staged → done`` (or ``failed`` / ``expired``); ``generation``
+``uploading → staged → done`` (or ``failed`` / ``expired``; ``held`` when the
+worker was revoked before the file was archived: the file is kept until an
+admin releases it, then ``failed``); ``generation``
 fences abandoned transfers: only the newest generation may stage.
 ``spool_usage`` is a single row whose lock serializes quota reservations.
 """
@@ -14,15 +16,17 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
 
-UPLOAD_STATES = ("uploading", "staged", "done", "failed", "expired")
+UPLOAD_STATES = ("uploading", "staged", "done", "failed", "expired", "held")
 
 
 class Upload(db.Model):
     __tablename__ = "uploads"
     __table_args__ = (
-        CheckConstraint("state IN ('uploading', 'staged', 'done', 'failed', 'expired')", name="state"),
+        CheckConstraint("state IN ('uploading', 'staged', 'done', 'failed', 'expired', 'held')",
+                        name="state"),
         Index("ix_uploads_live", "state", "updated_at",
               postgresql_where=text("state IN ('uploading', 'staged')")),
+        Index("ix_uploads_held", "worker_id", "worker_owner", postgresql_where=text("state = 'held'")),
     )
 
     attempt_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
@@ -48,6 +52,7 @@ class Upload(db.Model):
     updated_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
     staged_at = mapped_column(DateTime(timezone=True))
     done_at = mapped_column(DateTime(timezone=True))
+    held_at = mapped_column(DateTime(timezone=True))
 
 
 class SpoolUsage(db.Model):

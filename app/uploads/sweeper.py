@@ -1,5 +1,5 @@
 """The spool sweeper: expire uploads that can no longer finish, and remove
-spool files that no live upload owns."""
+spool files that no live or held upload owns."""
 from __future__ import annotations
 
 import time
@@ -26,7 +26,7 @@ def remove_orphans(spool: Spool, *, now: float | None = None, grace_s: float = O
     now = time.time() if now is None else now
     live = {row[0]: (row[1], row[2], row[3]) for row in db.session.execute(text(
         "SELECT attempt_id, state, generation, spool_file FROM uploads "
-        "WHERE state IN ('uploading', 'staged')"))}
+        "WHERE state IN ('uploading', 'staged', 'held')"))}
     db.session.commit()
     removed = 0
     for path, attempt_id, generation, mtime in spool.files():
@@ -35,6 +35,8 @@ def remove_orphans(spool: Spool, *, now: float | None = None, grace_s: float = O
             state, current_generation, spool_file = owner
             if state == "staged" and path == spool_file:
                 continue
+            if state == "held" and generation == current_generation:
+                continue  # kept for an admin, finished or not (DESIGN §8.7)
             if state == "uploading" and generation == current_generation and now - mtime < grace_s:
                 continue
         if owner is None and now - mtime < grace_s and path.endswith(".part"):

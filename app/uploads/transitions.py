@@ -1,7 +1,7 @@
 """The only writer of upload-related job, attempt and upload states.
 
-Admission, staging, rejection, archive completion, cancellation and staged
-expiry. Each transition locks the job row, then moves rows with guarded
+Admission, staging, rejection, archive completion, cancellation, staged
+expiry, and holding/releasing the files of revoked workers. Each transition locks the job row, then moves rows with guarded
 ``UPDATE``s whose row counts decide; the spool reservation of an upload is
 released in the same transaction that takes the upload out of a live state,
 so quota is freed exactly once.
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import text
 
-from app.errors import Conflict
+from app.errors import Conflict, NotFound
 from app.extensions import db
 from app.projects import wakeups
 from app.projects.leasing import Worker
@@ -21,6 +21,16 @@ from app.uploads import spool as spool_mod
 
 class UploadMismatch(Conflict):
     code = "stale_attempt"
+
+
+# The upload's worker has been revoked: a node (no owner) or a token worker
+# of the owning user. Its unacknowledged files are held (DESIGN §8.7).
+_WORKER_REVOKED = """(
+    (u.worker_owner IS NULL AND EXISTS (
+        SELECT 1 FROM fleet_nodes n WHERE n.id = u.worker_id AND n.status = 'revoked'))
+    OR (u.worker_owner IS NOT NULL AND EXISTS (
+        SELECT 1 FROM token_workers t WHERE t.user_id = u.worker_owner
+        AND t.worker_id = u.worker_id AND t.status = 'revoked')))"""
 
 
 @dataclass
@@ -262,8 +272,9 @@ def complete(attempt_id: int, asset_key: str) -> bool:
 
 def cancel_worker_attempts(worker_id: str, owner: str | None) -> int:
     """Revocation: running and uploading attempts of the worker are cancelled
-    and their jobs go back to the queue; staged uploads still finish. The
-    caller commits.
+    and their jobs go back to the queue; staged uploads still finish. Uploads
+    still streaming are held: their files are kept, with their quota, until
+    an admin releases them (DESIGN §8.7). The caller commits.
 
     Driven from the jobs (locked first, then their attempts) — the same lock
     order as claims, outcomes and the reaper, so a revoke racing them cannot
@@ -284,7 +295,12 @@ def cancel_worker_attempts(worker_id: str, owner: str | None) -> int:
         FROM att WHERE j.id = att.job_id AND j.current_attempt_id = att.id AND j.state = 'wip'
         RETURNING j.project_id, att.id"""), {"w": worker_id, "o": owner}).all()
     for project_id, attempt_id in rows:
-        _fail_live_upload(attempt_id, {"code": "cancelled", "message": "worker revoked"})
+        held = db.session.execute(text(
+            "UPDATE uploads SET state = 'held', held_at = now(), updated_at = now(), "
+            "error = jsonb_build_object('code', 'cancelled', 'message', 'worker revoked') "
+            "WHERE attempt_id = :a AND state = 'uploading' RETURNING 1"), {"a": attempt_id}).first()
+        if held:
+            _notify_receipt(attempt_id)
         wakeups.notify(project_id)
     return len(rows)
 
@@ -310,17 +326,21 @@ def expire_abandoned(limit: int = 500) -> int:
 
 
 def expire_staged(retention_s: int, limit: int = 500) -> int:
-    """Staged uploads that could not be archived within the retention fail and
-    free their quota; their jobs fail. Commits."""
-    rows = db.session.execute(text("""
-        UPDATE uploads SET state = 'failed', updated_at = now(),
+    """Staged uploads that could not be archived within the retention fail
+    and free their quota; their jobs fail. A revoked worker's file is held
+    instead, quota and all, until an admin releases it. Commits."""
+    rows = db.session.execute(text(f"""
+        UPDATE uploads u SET
+            state = CASE WHEN {_WORKER_REVOKED} THEN 'held' ELSE 'failed' END,
+            held_at = CASE WHEN {_WORKER_REVOKED} THEN now() END, updated_at = now(),
             error = jsonb_build_object('code', 'storage_unavailable',
                                        'message', 'not archived within the staged retention')
         WHERE attempt_id IN (SELECT attempt_id FROM uploads WHERE state = 'staged'
                              AND staged_at < now() - make_interval(secs => :r) LIMIT :n)
-        RETURNING attempt_id, reserved_bytes, job_id"""), {"r": retention_s, "n": limit}).all()
-    for attempt_id, reserved, job_id in rows:
-        spool_mod.release(reserved)
+        RETURNING attempt_id, reserved_bytes, job_id, state"""), {"r": retention_s, "n": limit}).all()
+    for attempt_id, reserved, job_id, state in rows:
+        if state == "failed":
+            spool_mod.release(reserved)
         db.session.execute(text(
             "UPDATE attempts SET state = 'failed', finished_at = now() WHERE id = :a AND state = 'staged'"),
             {"a": attempt_id})
@@ -331,3 +351,49 @@ def expire_staged(retention_s: int, limit: int = 500) -> int:
         _notify_receipt(attempt_id)
     db.session.commit()
     return len(rows)
+
+
+def keep_if_held(attempt_id: int, generation: int, path: str) -> bool:
+    """Instead of deleting an admitted upload's file: if revocation put the
+    upload on hold, record the file (it is kept) and return True. Commits."""
+    kept = db.session.execute(text(
+        "UPDATE uploads SET spool_file = :f, updated_at = now() "
+        "WHERE attempt_id = :a AND generation = :g AND state = 'held' RETURNING 1"),
+        {"a": attempt_id, "g": generation, "f": path}).first()
+    db.session.commit()
+    return kept is not None
+
+
+@dataclass(frozen=True)
+class Released:
+    attempt_id: int
+    generation: int
+    spool_file: str | None
+
+
+def release_held(attempt_id: int, released_by: str) -> Released:
+    """An admin is done with a held upload: it fails and its quota is freed.
+    The caller deletes the files after this commits.
+
+    Raises:
+        NotFound: no upload for this attempt.
+        Conflict ``invalid_transition``: the upload is not held.
+    """
+    row = db.session.execute(text("""
+        UPDATE uploads SET state = 'failed', updated_at = now(),
+            error = COALESCE(error, '{}'::jsonb)
+                    || jsonb_build_object('released_by', CAST(:by AS text), 'released_at', now())
+        WHERE attempt_id = :a AND state = 'held'
+        RETURNING reserved_bytes, generation, spool_file"""), {"a": attempt_id, "by": released_by}).first()
+    if row is None:
+        state = db.session.execute(text("SELECT state FROM uploads WHERE attempt_id = :a"),
+                                   {"a": attempt_id}).scalar()
+        db.session.rollback()
+        if state is None:
+            raise NotFound("no upload for this attempt", details={"attempt_id": str(attempt_id)})
+        raise Conflict(f"the upload is {state}, not held", code="invalid_transition",
+                       details={"attempt_id": str(attempt_id), "state": state})
+    spool_mod.release(row[0])
+    _notify_receipt(attempt_id)
+    db.session.commit()
+    return Released(attempt_id, row[1], row[2])

@@ -163,7 +163,7 @@ class Delivery:
             state = receipt.get("state")
             if state == "done":
                 return self._check_done(entry, receipt)
-            if state in ("failed", "expired"):
+            if state in ("failed", "expired", "held"):  # held: revoked, kept by the master
                 return self._drop(entry, "archive_" + state,
                                   f"receipt {state}: {receipt.get('error')}")
         self._not_before[aid] = time.monotonic() + 1.0  # staged a while: give others a turn

@@ -70,7 +70,17 @@ class Identity:
         # DESIGN §7: id 16..128 url-safe chars (32 here), secret fhqn_ + 32
         # random bytes in unpadded base64url.
         secret = "fhqn_" + base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
-        return Identity(secrets.token_urlsafe(24), secret, name, master)
+        return Identity(new_worker_id(), secret, name, master)
+
+
+def new_worker_id() -> str:
+    """32 random url-safe characters, never starting with "-": admins type the
+    id into ``flask fleet worker approve ID``, where a leading dash would be
+    read as an option (one id in 64 would start with one)."""
+    while True:
+        candidate = secrets.token_urlsafe(24)
+        if not candidate.startswith("-"):
+            return candidate
 
 
 class Volume:

@@ -1,0 +1,63 @@
+"""Held uploads: unacknowledged files of revoked workers (DESIGN §8.7).
+
+When a worker is revoked, an upload of its that was still streaming — or a
+staged one that could not be archived within the retention — is not thrown
+away with the attempt: the upload becomes ``held`` and its spool file is
+kept, quota and all, so an admin can look at what the machine sent. Nothing
+archives or sweeps a held file; an admin releases it (``flask fleet held
+release``, or the worker's page), which deletes it and frees the quota.
+"""
+from __future__ import annotations
+
+import os
+
+from sqlalchemy import text
+
+from app.extensions import db
+from app.uploads import transitions
+from app.uploads.spool import Spool, remove_quietly
+
+MAX_ROWS = 500
+
+
+def listing(worker_id: str | None = None, owner: str | None = None, *,
+            limit: int = MAX_ROWS) -> list[dict]:
+    """Held uploads, oldest first, optionally of one worker (``owner`` for a
+    token worker's user)."""
+    rows = db.session.execute(text("""
+        SELECT u.attempt_id, u.job_id, u.project_id, u.worker_id, u.worker_owner, u.sha256, u.size,
+               u.generation, u.spool_file, u.error, u.held_at
+        FROM uploads u
+        WHERE u.state = 'held'
+          AND (CAST(:w AS text) IS NULL OR (u.worker_id = :w
+               AND u.worker_owner IS NOT DISTINCT FROM CAST(:o AS text)))
+        ORDER BY u.held_at, u.attempt_id
+        LIMIT :n"""), {"w": worker_id, "o": owner, "n": min(limit, MAX_ROWS)}).mappings().all()
+    db.session.commit()
+    return [{
+        "attempt_id": str(r["attempt_id"]), "job_id": str(r["job_id"]), "project_id": r["project_id"],
+        "worker_id": r["worker_id"], "user_id": r["worker_owner"], "sha256": r["sha256"],
+        "size": r["size"], "spool_file": r["spool_file"],
+        "file_present": bool(r["spool_file"]) and os.path.exists(r["spool_file"]),
+        "error": r["error"], "held_at": int(r["held_at"].timestamp()) if r["held_at"] else None,
+    } for r in rows]
+
+
+def release(attempt_id: int, spool: Spool, released_by: str) -> dict:
+    """Release one held upload: it fails, its quota is freed, its files go.
+
+    Raises what :func:`transitions.release_held` raises.
+    """
+    released = transitions.release_held(attempt_id, released_by)
+    # Every name the transfer may have left: the part file if it never
+    # finished, the sealed file otherwise (both carry the held generation).
+    for path in {spool.part_path(attempt_id, released.generation),
+                 spool.final_path(attempt_id, released.generation), released.spool_file}:
+        remove_quietly(path)
+    return {"attempt_id": str(attempt_id), "state": "failed"}
+
+
+def release_worker(worker_id: str, owner: str | None, spool: Spool, released_by: str) -> list[dict]:
+    """Release every held upload of one worker."""
+    return [release(int(row["attempt_id"]), spool, released_by)
+            for row in listing(worker_id, owner)]
