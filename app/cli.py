@@ -219,6 +219,8 @@ def list_workers():
 def list_held(worker_id, user_id):
     """Held files of revoked workers, kept for investigation (DESIGN §8.7)."""
     from app.uploads import held
+    if user_id and not worker_id:
+        raise click.UsageError("--user goes with --worker")
     _emit(held.listing(worker_id, user_id))
 
 
@@ -233,7 +235,9 @@ def release_held(attempt_ids, worker_id, user_id):
     from app.uploads import held
     from app.uploads.spool import Spool
     if bool(attempt_ids) == bool(worker_id):
-        raise click.UsageError("give attempt ids or --worker, not both")
+        raise click.UsageError("give either attempt ids or --worker")
+    if user_id and not worker_id:
+        raise click.UsageError("--user goes with --worker")
     spool = Spool.from_config(current_app.config)
     released = []
     try:

@@ -88,8 +88,10 @@ def post_fork(server, worker):
     those buffers are mmapped or trimmed on free and faulted in again, page
     by page, for the next piece: measured by bench/upload_ingest.py, that
     page-fault work is a good part of the web process's CPU. Serving
-    allocations below 8 MiB from the heap and trimming it only above 64 MiB
-    of free space keeps the pages mapped, at the cost of a few MiB of RSS.
+    allocations below 8 MiB from the heap and trimming it only above 16 MiB
+    of free space keeps the pages mapped. What stays mapped is at most what
+    the concurrent uploads used at their peak (a few MiB each), so peak RSS
+    does not grow; it just is not handed back between requests.
     """
     import ctypes
     import ctypes.util
@@ -98,6 +100,6 @@ def post_fork(server, worker):
     try:
         libc = ctypes.CDLL(name)
         libc.mallopt(_M_MMAP_THRESHOLD, 8 * 1024 * 1024)
-        libc.mallopt(_M_TRIM_THRESHOLD, 64 * 1024 * 1024)
+        libc.mallopt(_M_TRIM_THRESHOLD, 16 * 1024 * 1024)
     except (OSError, AttributeError):  # not glibc (musl, say): keep its defaults
         server.log.debug("mallopt unavailable; allocator defaults kept")

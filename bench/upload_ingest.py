@@ -93,11 +93,15 @@ def children(pid: int) -> list[int]:
     # every 50 ms takes CPU from the master it is measuring.
     found = []
     try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return found
+    for tid in tids:
+        try:  # a thread may end between the listing and the read
             with open(f"/proc/{pid}/task/{tid}/children") as fh:
                 found += [int(p) for p in fh.read().split()]
-    except (FileNotFoundError, ProcessLookupError):
-        pass
+        except (FileNotFoundError, ProcessLookupError):
+            continue
     return found
 
 

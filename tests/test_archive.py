@@ -565,6 +565,24 @@ def test_corrupted_existing_object_is_not_trusted_nor_overwritten(app, pipeline,
     assert spool_reserved(app) == staged.size
 
 
+def test_spool_file_changed_after_staging_is_re_hashed_and_refused(app, pipeline, local_store):
+    # The archive trusts the digest taken while streaming only while the spool
+    # file is the one sealed then; bytes changed behind the master's back
+    # (same size) are caught by the store re-hashing them.
+    staged = pipeline.stage("10.1234/tampered", seed=9)
+    upload = one(app, "SELECT spool_file FROM uploads WHERE attempt_id = :a", a=staged.attempt_id)
+    with open(upload["spool_file"], "r+b") as f:
+        f.seek(staged.size // 2)
+        f.write(b"X")
+
+    assert commit_directly(app, staged.attempt_id, local_store) == "retry"
+    assert not os.path.exists(local_store.path_of(content_key(staged.sha256)))
+    assert rows(app, "SELECT * FROM assets") == []
+    assert pipeline.receipt(staged)["state"] == "staged"
+    outbox = one(app, "SELECT last_error FROM outbox WHERE topic = 'archive_commit' AND done_at IS NULL")
+    assert "nothing written" in outbox["last_error"]
+
+
 # ------------------------------------------------------ transactions
 
 

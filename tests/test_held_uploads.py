@@ -7,8 +7,8 @@ PostgreSQL, real HTTP for the transfers that must be cut half-way.
 """
 from __future__ import annotations
 
+import logging
 import os
-import socket
 
 from tests.fleet_helpers import decide
 from tests.helpers import body
@@ -18,7 +18,8 @@ from tests.test_spool import age, sweep
 # Shared fixtures and helpers of the upload tests (no test functions imported).
 from tests.test_uploads import (api, archive, attempt_row, dirs, execute, files,  # noqa: F401
                                 hints, job_row, read_response, reserved, sha, spool_names, start,
-                                token_worker_claims_a_paper, upload_head, upload_rows, wait_for)
+                                streaming_upload, token_worker_claims_a_paper, upload_rows,
+                                wait_for)
 
 FAR_FUTURE = 10 * 365 * 86400  # seconds: the sweeper looks at files this much later
 
@@ -36,10 +37,7 @@ def worker_row(app, worker_id: str) -> dict:
 def revoke_mid_transfer(app, node, job, data, port, *, finish: bool):
     """Start an upload over a raw socket, revoke the node while bytes flow,
     then either send the rest (``finish``) or hang up half-way."""
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
-        sock.sendall(upload_head(port, node, job["attempt_id"], sha(data), len(data)))
-        sock.sendall(data[:4096])
-        wait_for(lambda: attempt_row(app, job["attempt_id"])["state"] == "uploading")
+    with streaming_upload(app, port, node, job, data) as sock:
         assert decide(app, node.node_id, "revoke") == "revoked"
         if not finish:
             return None
@@ -89,7 +87,7 @@ def test_upload_streaming_at_revocation_is_held_until_released(app, client, api,
     assert released == {"attempt_id": job["attempt_id"], "state": "failed"}
     assert spool_names(dirs) == [] and reserved(app) == 0
     (upload,) = upload_rows(app, job["attempt_id"])
-    assert upload["state"] == "failed" and upload["error"]["released_by"] == "cli"
+    assert upload["state"] == "failed" and "released_at" in upload["error"]
     assert worker_row(app, node.node_id)["held_files"] == 0
     # Releasing twice, or an attempt that never uploaded, is a clear error.
     assert_cli_error(cli(app, "fleet", "release-held", job["attempt_id"]), "invalid_transition")
@@ -100,7 +98,13 @@ def test_upload_streaming_at_revocation_is_held_until_released(app, client, api,
 def test_partial_file_of_a_revoked_worker_is_held_too(app, client, api, dirs, files, live_server):
     node, (job,) = start(app, client, api)
     data = files["big"]
-    revoke_mid_transfer(app, node, job, data, live_server.port, finish=False)
+    with streaming_upload(app, live_server.port, node, job, data):
+        assert decide(app, node.node_id, "revoke") == "revoked"
+        # While bytes may still come, the quota is in use: no release yet.
+        result = cli(app, "fleet", "release-held", job["attempt_id"])
+        assert_cli_error(result, "invalid_transition")
+        assert "may still be streaming" in result.output + (result.stderr or "")
+        assert reserved(app) == len(data)
     # The master notices the hang-up, finds the upload held and keeps the part file.
     part = dirs.spool / f"{job['attempt_id']}.1.part"
     wait_for(lambda: (upload_rows(app, job["attempt_id"])[0]["spool_file"] or "") == str(part))
@@ -112,6 +116,23 @@ def test_partial_file_of_a_revoked_worker_is_held_too(app, client, api, dirs, fi
     (released,) = cli_json(cli(app, "fleet", "release-held", "--worker", node.node_id))
     assert released["attempt_id"] == job["attempt_id"]
     assert spool_names(dirs) == [] and reserved(app) == 0
+
+
+def test_held_upload_that_left_no_file_is_released_by_the_sweeper(app, client, api, dirs, files,
+                                                                  live_server):
+    node, (job,) = start(app, client, api)
+    with streaming_upload(app, live_server.port, node, job, files["big"]):
+        pass
+    # The transfer broke off (its part file removed) before the revocation.
+    wait_for(lambda: spool_names(dirs) == [])
+    assert decide(app, node.node_id, "revoke") == "revoked"
+    assert upload_rows(app, job["attempt_id"])[0]["state"] == "held"
+    assert sweep(app)["held_released"] == 0  # the upload budget is not over yet
+    execute(app, "UPDATE uploads SET upload_deadline_at = now() - interval '1 day' WHERE attempt_id = :a",
+            a=int(job["attempt_id"]))
+    assert sweep(app)["held_released"] == 1
+    assert upload_rows(app, job["attempt_id"])[0]["state"] == "failed"
+    assert reserved(app) == 0
 
 
 def test_staged_upload_of_a_revoked_worker_still_archives(app, client, api, dirs, files):
@@ -152,11 +173,7 @@ def test_token_worker_revocation_holds_its_upload(app, client, api, dirs, files,
                                               "laptop")
     headers = worker.headers
     data = files["good"]
-    with socket.create_connection(("127.0.0.1", live_server.port), timeout=60) as sock:
-        head = upload_head(live_server.port, type("T", (), {"headers": headers})(), job["attempt_id"],
-                           sha(data), len(data))
-        sock.sendall(head + data[:4096])
-        wait_for(lambda: attempt_row(app, job["attempt_id"])["state"] == "uploading")
+    with streaming_upload(app, live_server.port, None, job, data, headers=headers) as sock:
         revoked = cli(app, "fleet", "worker", "revoke", "laptop", "--user", "held-user")
         assert revoked.exit_code == 0, revoked.output
         sock.sendall(data[4096:])
@@ -174,7 +191,8 @@ def test_token_worker_revocation_holds_its_upload(app, client, api, dirs, files,
 
 
 def test_admin_releases_held_files_from_the_workers_page(app, client, api, dirs, files,
-                                                         live_server):
+                                                         live_server, caplog):
+    caplog.set_level(logging.INFO, logger="app.uploads.held")
     node, (job,) = start(app, client, api)
     revoke_mid_transfer(app, node, job, files["good"], live_server.port, finish=True)
     sign_in(app, client)
@@ -191,15 +209,24 @@ def test_admin_releases_held_files_from_the_workers_page(app, client, api, dirs,
     assert message == "Released 1 held file(s): deleted, quota freed."
     assert 'id="held"' not in page
     assert spool_names(dirs) == [] and reserved(app) == 0
-    assert upload_rows(app, job["attempt_id"])[0]["error"]["released_by"] == "page-admin"
+    assert upload_rows(app, job["attempt_id"])[0]["state"] == "failed"
+    assert [r.released_by for r in caplog.records if r.getMessage() == "held upload released"] \
+        == ["page-admin"]
 
 
-def test_machine_tokens_cannot_release_held_files(app, client, api, dirs, files, live_server):
+def test_only_signed_in_admins_release_held_files(app, client, api, dirs, files, live_server):
     node, (job,) = start(app, client, api)
     revoke_mid_transfer(app, node, job, files["good"], live_server.port, finish=True)
-    # The admin token works on the machine API, but releasing is a page or CLI action.
-    response = client.post(f"/admin/workers/node/{node.node_id}/held/release",
-                           headers=api.headers, data={"confirm": "yes"})
-    assert response.status_code == 400, response.status_code  # no session, no CSRF token
+    url = f"/admin/workers/node/{node.node_id}/held/release"
+    # A machine token (even an admin's) or another node's secret is no session.
+    other, _ = start(app, client, api, project="more")
+    for headers in (api.headers, other.headers):
+        response = client.post(url, headers=headers, data={"confirm": "yes"})
+        assert response.status_code == 400, response.status_code  # no session, no CSRF token
+    # A signed-in user without the admin role, with a valid CSRF token.
+    sign_in(app, client, "plain-worker", roles=("worker",))
+    token = client.get("/worker").get_data(as_text=True).split('name="csrf_token" value="')[1].split('"')[0]
+    response = client.post(url, data={"confirm": "yes", "csrf_token": token})
+    assert response.status_code == 403, response.status_code
     assert upload_rows(app, job["attempt_id"])[0]["state"] == "held"
     assert spool_names(dirs) != []

@@ -8,6 +8,7 @@ that never comes, a dropped connection, two clients racing.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import http.client
 import json
@@ -200,6 +201,18 @@ def upload_head(port: int, node: Node, attempt_id: str, digest: str, size: int,
     lines = [f"PUT /api/v1/fleet/uploads/{attempt_id} HTTP/1.1"]
     lines += [f"{k}: {v}" for k, v in headers.items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+@contextlib.contextmanager
+def streaming_upload(app, port: int, node, job: dict, data: bytes, headers: dict | None = None):
+    """An upload over a raw socket that has sent its first 4 KiB and is being
+    streamed by the master (the attempt is uploading); yields the socket."""
+    head_of = node if headers is None else type("Caller", (), {"headers": headers})()
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(upload_head(port, head_of, job["attempt_id"], sha(data), len(data)))
+        sock.sendall(data[:4096])
+        wait_for(lambda: attempt_row(app, job["attempt_id"])["state"] == "uploading")
+        yield sock
 
 
 def read_response(sock) -> tuple[int, dict, dict]:
@@ -713,10 +726,7 @@ def test_slow_upload_survives_the_attempt_deadline(app, client, api, dirs, files
     execution deadline; the upload budget, not the attempt's, bounds it."""
     node, (job,) = start(app, client, api)
     data = files["big"]
-    with socket.create_connection(("127.0.0.1", live_server.port), timeout=60) as sock:
-        sock.sendall(upload_head(live_server.port, node, job["attempt_id"], sha(data), len(data)))
-        sock.sendall(data[:4096])
-        wait_for(lambda: attempt_row(app, job["attempt_id"])["state"] == "uploading")
+    with streaming_upload(app, live_server.port, node, job, data) as sock:
         # The attempt's execution deadline passes while the bytes flow.
         execute(app, "UPDATE attempts SET deadline_at = now() - interval '1 second' WHERE id = :a",
                 a=int(job["attempt_id"]))

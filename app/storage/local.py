@@ -98,8 +98,12 @@ class LocalObjectStore(ObjectStore):
         def fill(tmp: str) -> None:
             os.link(path, tmp)
             with open(tmp, "rb") as linked:
-                actual = (digest, os.fstat(linked.fileno()).st_size) if source_hashed \
-                    else hash_stream(linked)
+                if source_hashed:
+                    actual = (digest, os.fstat(linked.fileno()).st_size)
+                else:
+                    actual = hash_stream(linked)
+                    # Read once to check, never again soon: do not keep it cached.
+                    os.posix_fadvise(linked.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
                 self._seal(linked.fileno(), actual, key, digest, size)
         return self._publish(final, fill)
 

@@ -5,7 +5,10 @@ multipart need) with ``ChecksumSHA256`` so that a store that verifies
 checksums rejects bytes damaged in transit, and ``IfNoneMatch='*'`` so that
 an existing object is never replaced. Before uploading, the source is hashed
 locally (not every S3-compatible store verifies the checksum — moto does
-not) and a HEAD skips the upload when the object is already there, which is
+not), unless the caller hashed these bytes itself as it wrote them and
+vouches that nothing has written them since (``source_hashed``: the archive
+commit of a spool file whose seal stamp is unchanged). A HEAD skips the
+upload when the object is already there, which is
 common with content-addressed keys. Stores that ignore ``IfNoneMatch`` leave
 a race between that HEAD and the PUT; the loser then rewrites a
 content-addressed key with the same verified bytes.

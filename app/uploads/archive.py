@@ -31,7 +31,7 @@ def _canonical(value: str, sha256: str) -> str:
 def commit(attempt_id: int, store) -> str:
     """Archive one staged upload. Returns ``done``, ``retry`` or ``skip``."""
     row = db.session.execute(text(
-        "SELECT u.sha256, u.size, u.spool_file, u.project_id, u.job_id, j.value "
+        "SELECT u.sha256, u.size, u.spool_file, u.spool_stamp, u.project_id, u.job_id, j.value "
         "FROM uploads u JOIN jobs j ON j.id = u.job_id "
         "WHERE u.attempt_id = :a AND u.state = 'staged'"), {"a": attempt_id}).first()
     db.session.commit()  # nothing may stay open across the object-store call
@@ -39,11 +39,14 @@ def commit(attempt_id: int, store) -> str:
         outbox.done("archive_commit", attempt_id)
         db.session.commit()
         return "skip"
-    sha256, size, spool_file, project_id, job_id, value = row
+    sha256, size, spool_file, spool_stamp, project_id, job_id, value = row
     object_key = content_key(sha256)
     try:
-        # The spool file was hashed as it streamed in and is never rewritten.
-        store.put_file(object_key, spool_file, sha256_hex=sha256, size=size, source_hashed=True)
+        # Its bytes were hashed as they streamed in; while the file is still
+        # the one sealed then (same inode, size, mtime) the store need not read
+        # it again. Anything else is re-hashed by the store and refused if wrong.
+        unchanged = spool_stamp is not None and spool_mod.stamp(spool_file) == spool_stamp
+        store.put_file(object_key, spool_file, sha256_hex=sha256, size=size, source_hashed=unchanged)
     except (StorageError, OSError) as exc:
         tries = outbox.retry_later("archive_commit", attempt_id, f"{exc.__class__.__name__}: {exc}")
         db.session.execute(text("UPDATE uploads SET commit_tries = commit_tries + 1, updated_at = now() "

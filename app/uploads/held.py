@@ -9,14 +9,17 @@ release``, or the worker's page), which deletes it and frees the quota.
 """
 from __future__ import annotations
 
+import logging
 import os
 
 from sqlalchemy import text
 
+from app.errors import Conflict, NotFound
 from app.extensions import db
 from app.uploads import transitions
 from app.uploads.spool import Spool, remove_quietly
 
+log = logging.getLogger(__name__)
 MAX_ROWS = 500
 
 
@@ -48,7 +51,8 @@ def release(attempt_id: int, spool: Spool, released_by: str) -> dict:
 
     Raises what :func:`transitions.release_held` raises.
     """
-    released = transitions.release_held(attempt_id, released_by)
+    released = transitions.release_held(attempt_id)
+    log.info("held upload released", extra={"attempt_id": attempt_id, "released_by": released_by})
     # Every name the transfer may have left: the part file if it never
     # finished, the sealed file otherwise (both carry the held generation).
     for path in {spool.part_path(attempt_id, released.generation),
@@ -58,6 +62,39 @@ def release(attempt_id: int, spool: Spool, released_by: str) -> dict:
 
 
 def release_worker(worker_id: str, owner: str | None, spool: Spool, released_by: str) -> list[dict]:
-    """Release every held upload of one worker."""
-    return [release(int(row["attempt_id"]), spool, released_by)
-            for row in listing(worker_id, owner)]
+    """Release every held upload of one worker that can be released now.
+
+    Uploads whose transfer may still be streaming are left held (an admin
+    releases them later, or the sweeper once nothing arrived).
+    """
+    released = []
+    for row in listing(worker_id, owner):
+        try:
+            released.append(release(int(row["attempt_id"]), spool, released_by))
+        except (Conflict, NotFound):
+            continue  # still streaming, or released meanwhile by someone else
+    return released
+
+
+def release_fileless(spool: Spool, *, grace_s: float) -> int:
+    """Release held uploads that never left a file (the transfer had already
+    failed when the worker was revoked, or never started): nothing to look
+    at, and their quota would otherwise stay reserved until an admin acted.
+    Only once the upload budget is over by ``grace_s``. Returns how many."""
+    rows = db.session.execute(text("""
+        SELECT attempt_id, generation FROM uploads
+        WHERE state = 'held' AND spool_file IS NULL
+          AND upload_deadline_at < now() - make_interval(secs => :g)
+        ORDER BY attempt_id LIMIT :n"""), {"g": grace_s, "n": MAX_ROWS}).all()
+    db.session.commit()
+    count = 0
+    for attempt_id, generation in rows:
+        if any(os.path.exists(p) for p in (spool.part_path(attempt_id, generation),
+                                           spool.final_path(attempt_id, generation))):
+            continue  # a file is there after all: an admin decides
+        try:
+            release(attempt_id, spool, "sweeper")
+        except (Conflict, NotFound):
+            continue
+        count += 1
+    return count

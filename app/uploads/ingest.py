@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from werkzeug.exceptions import ClientDisconnected
 
 from app.errors import FleetError, InvalidRequest, TooLarge
+from app.extensions import db
 from app.uploads import spool as spool_mod
 from app.uploads import transitions
 from workers import pdfcheck
@@ -125,6 +126,7 @@ def _discard(attempt_id: int, generation: int, path: str) -> None:
     except Exception:  # noqa: BLE001 - the database decides later
         # Without the database we cannot tell: leave the file to the spool
         # sweeper, which removes it unless the upload is held.
+        db.session.rollback()
         log.exception("could not look up upload %s; its file is left to the sweeper", attempt_id)
         return
     spool_mod.remove_quietly(path)
@@ -167,6 +169,8 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
             raise pdfcheck.PdfRejected("hash_mismatch", "SHA-256 of the body differs from X-PDF-SHA256")
         pdfcheck.check_pdf_file(part, min_bytes=min_bytes, max_bytes=max_bytes,
                                 expected_size=meta.size, limits=parse_limits, known_sha256=digest)
+    except FileNotFoundError:
+        raise StaleUpload("the upload's file was released while it streamed") from None
     except pdfcheck.PdfCheckError as exc:
         _discard(attempt_id, generation, part)
         raise VerificationUnavailable(f"could not verify the upload: {exc}",
@@ -177,8 +181,13 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
         _discard(attempt_id, generation, part)
         raise InvalidUpload(str(exc), details={"reason": exc.reason}) from None
     verified = time.monotonic()
-    final = spool.seal(part, attempt_id, generation)
-    staged = transitions.stage(attempt_id, generation, final, {
+    try:
+        final = spool.seal(part, attempt_id, generation)
+        sealed = spool_mod.stamp(final)
+    except FileNotFoundError:
+        # Released by an admin while it streamed (the upload was held).
+        raise StaleUpload("the upload's file was released while it streamed") from None
+    staged = transitions.stage(attempt_id, generation, final, sealed, {
         "source_url": meta.source_url, "download_strategy": meta.download_strategy,
         "download_result": meta.download_result})
     if not staged:

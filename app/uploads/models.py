@@ -40,6 +40,7 @@ class Upload(db.Model):
     generation: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
     reserved_bytes: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
     spool_file = mapped_column(Text)
+    spool_stamp = mapped_column(Text)  # spool.stamp() of the sealed file, set when staged
     upload_deadline_at = mapped_column(DateTime(timezone=True))
     canonical_key = mapped_column(Text)
     asset_key = mapped_column(Text)

@@ -83,6 +83,20 @@ class Spool:
         return out
 
 
+def stamp(path: str) -> str:
+    """Identity of a sealed spool file: device, inode, size, modification time.
+
+    Recorded when an upload is staged; the archive commit compares it to tell
+    that nobody has written the file since its bytes were hashed, so it need
+    not read them again (any write changes the modification time).
+
+    Raises:
+        OSError: the file is gone.
+    """
+    st = os.stat(path)
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
 def remove_quietly(path: str | None) -> None:
     if path:
         try:

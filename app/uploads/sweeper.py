@@ -7,7 +7,7 @@ import time
 from sqlalchemy import text
 
 from app.extensions import db
-from app.uploads import transitions
+from app.uploads import held, transitions
 from app.uploads.spool import Spool, remove_quietly
 
 # A part file younger than this may belong to a transfer that is still
@@ -16,10 +16,13 @@ ORPHAN_GRACE_S = 15 * 60
 
 
 def sweep(config, *, now: float | None = None) -> dict:
+    spool = Spool.from_config(config)
     abandoned = transitions.expire_abandoned()
     expired = transitions.expire_staged(int(config["STAGED_RETENTION_S"]))
-    removed = remove_orphans(Spool.from_config(config), now=now)
-    return {"abandoned": abandoned, "expired": expired, "orphans_removed": removed}
+    removed = remove_orphans(spool, now=now)
+    released = held.release_fileless(spool, grace_s=ORPHAN_GRACE_S)
+    return {"abandoned": abandoned, "expired": expired, "orphans_removed": removed,
+            "held_released": released}
 
 
 def remove_orphans(spool: Spool, *, now: float | None = None, grace_s: float = ORPHAN_GRACE_S) -> int:

@@ -1,10 +1,12 @@
 """The only writer of upload-related job, attempt and upload states.
 
 Admission, staging, rejection, archive completion, cancellation, staged
-expiry, and holding/releasing the files of revoked workers. Each transition locks the job row, then moves rows with guarded
-``UPDATE``s whose row counts decide; the spool reservation of an upload is
-released in the same transaction that takes the upload out of a live state,
-so quota is freed exactly once.
+expiry, and holding/releasing the files of revoked workers. Transitions of
+live (running or uploading) attempts lock the job row and then the attempt
+first — the lock order of claims, outcomes, the reaper and revocation — and
+all of them move rows with guarded ``UPDATE``s whose row counts decide. The spool reservation of an upload is released in the
+same transaction that takes the upload out of a live state, so quota is
+freed exactly once; a held upload keeps its reservation until released.
 """
 from __future__ import annotations
 
@@ -170,17 +172,22 @@ def _make_current_again(row) -> None:
         _fail_live_upload(attempt_id, {"code": "cancelled", "message": "superseded by a late upload"})
 
 
-def stage(attempt_id: int, generation: int, spool_file: str, meta: dict) -> bool:
+def stage(attempt_id: int, generation: int, spool_file: str, spool_stamp: str, meta: dict) -> bool:
     """Mark a verified, durable upload as staged and ask for its archive commit.
 
     Guarded by generation: an abandoned transfer whose newer generation
     exists cannot stage. Commits. Returns False when the guard failed.
     """
+    if _lock(attempt_id) is None:  # job and attempt first, like every transition
+        db.session.rollback()
+        return False
     staged = db.session.execute(text(
-        "UPDATE uploads SET state = 'staged', spool_file = :f, staged_at = now(), updated_at = now(), "
+        "UPDATE uploads SET state = 'staged', spool_file = :f, spool_stamp = :stamp, "
+        "staged_at = now(), updated_at = now(), "
         "source_url = :src, download_strategy = :strategy, download_result = CAST(:result AS jsonb) "
         "WHERE attempt_id = :a AND generation = :g AND state = 'uploading' RETURNING job_id"),
-        {"a": attempt_id, "g": generation, "f": spool_file, "src": meta.get("source_url"),
+        {"a": attempt_id, "g": generation, "f": spool_file, "stamp": spool_stamp,
+         "src": meta.get("source_url"),
          "strategy": meta.get("download_strategy"),
          "result": json.dumps(meta["download_result"]) if meta.get("download_result") is not None
          else None}).first()
@@ -217,6 +224,7 @@ def _fail_live_upload(attempt_id: int, error: dict) -> None:
 def reject(attempt_id: int, generation: int, error: dict) -> None:
     """A permanent problem with the uploaded file (422): the attempt fails
     retryably so another try may fetch a good copy. Commits."""
+    _lock(attempt_id)  # job and attempt first, like every transition
     still = db.session.execute(text(
         "SELECT 1 FROM uploads WHERE attempt_id = :a AND generation = :g AND state = 'uploading'"),
         {"a": attempt_id, "g": generation}).first()
@@ -335,8 +343,10 @@ def expire_staged(retention_s: int, limit: int = 500) -> int:
             held_at = CASE WHEN {_WORKER_REVOKED} THEN now() END, updated_at = now(),
             error = jsonb_build_object('code', 'storage_unavailable',
                                        'message', 'not archived within the staged retention')
-        WHERE attempt_id IN (SELECT attempt_id FROM uploads WHERE state = 'staged'
-                             AND staged_at < now() - make_interval(secs => :r) LIMIT :n)
+        WHERE u.state = 'staged'
+          AND attempt_id IN (SELECT attempt_id FROM uploads WHERE state = 'staged'
+                             AND staged_at < now() - make_interval(secs => :r)
+                             LIMIT :n FOR UPDATE SKIP LOCKED)
         RETURNING attempt_id, reserved_bytes, job_id, state"""), {"r": retention_s, "n": limit}).all()
     for attempt_id, reserved, job_id, state in rows:
         if state == "failed":
@@ -371,28 +381,35 @@ class Released:
     spool_file: str | None
 
 
-def release_held(attempt_id: int, released_by: str) -> Released:
+def release_held(attempt_id: int) -> Released:
     """An admin is done with a held upload: it fails and its quota is freed.
     The caller deletes the files after this commits.
 
     Raises:
         NotFound: no upload for this attempt.
-        Conflict ``invalid_transition``: the upload is not held.
+        Conflict ``invalid_transition``: the upload is not held, or its
+            transfer may still be streaming (no file recorded yet and the
+            upload budget not yet over): its quota is still in use.
     """
     row = db.session.execute(text("""
         UPDATE uploads SET state = 'failed', updated_at = now(),
-            error = COALESCE(error, '{}'::jsonb)
-                    || jsonb_build_object('released_by', CAST(:by AS text), 'released_at', now())
+            error = COALESCE(error, '{}'::jsonb) || jsonb_build_object('released_at', now())
         WHERE attempt_id = :a AND state = 'held'
-        RETURNING reserved_bytes, generation, spool_file"""), {"a": attempt_id, "by": released_by}).first()
+          AND NOT (spool_file IS NULL AND upload_deadline_at > now())
+        RETURNING reserved_bytes, generation, spool_file"""), {"a": attempt_id}).first()
     if row is None:
-        state = db.session.execute(text("SELECT state FROM uploads WHERE attempt_id = :a"),
-                                   {"a": attempt_id}).scalar()
+        found = db.session.execute(text(
+            "SELECT state, extract(epoch FROM upload_deadline_at - now()) FROM uploads "
+            "WHERE attempt_id = :a"), {"a": attempt_id}).first()
         db.session.rollback()
-        if state is None:
+        if found is None:
             raise NotFound("no upload for this attempt", details={"attempt_id": str(attempt_id)})
-        raise Conflict(f"the upload is {state}, not held", code="invalid_transition",
-                       details={"attempt_id": str(attempt_id), "state": state})
+        if found[0] == "held":
+            raise Conflict("the transfer may still be streaming; release it once its upload budget "
+                           f"is over (in {max(1, int(found[1] or 0))} s)", code="invalid_transition",
+                           details={"attempt_id": str(attempt_id), "state": "held"})
+        raise Conflict(f"the upload is {found[0]}, not held", code="invalid_transition",
+                       details={"attempt_id": str(attempt_id), "state": found[0]})
     spool_mod.release(row[0])
     _notify_receipt(attempt_id)
     db.session.commit()
