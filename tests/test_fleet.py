@@ -602,6 +602,12 @@ def test_worker_list_shows_nodes_and_token_workers(app, client, api, make_user):
     assert cli_rows[busy.node_id]["last_error"] == "chromium crashed"
     assert cli_rows[tw_id]["kind"] == "token" and cli_rows[tw_id]["running"] == 2
 
+    # A lease that ran out is no longer counted as running (the reaper requeues it).
+    sql(app, "UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE worker_id = :w",
+        w=busy.node_id)
+    rows = {r["worker_id"]: r for r in body(api.call("GET", "/api/v1/admin/fleet/workers"))["workers"]}
+    assert rows[busy.node_id]["running"] == 0 and rows[tw_id]["running"] == 2
+
 
 def test_worker_list_is_for_admin_tokens_only(app, client, make_user):
     node = Node(client, app)

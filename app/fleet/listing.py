@@ -9,8 +9,10 @@ MAX_ROWS = 500
 
 _WORKERS = """
 WITH live AS (
+    -- An expired lease is not running any more: the reaper will requeue it.
     SELECT worker_id, worker_owner, count(*) AS running FROM jobs
-    WHERE state IN ('wip', 'staged') GROUP BY worker_id, worker_owner
+    WHERE state = 'staged' OR (state = 'wip' AND lease_expires_at > now())
+    GROUP BY worker_id, worker_owner
 ), held AS (
     SELECT worker_id, worker_owner, count(*) AS files, sum(size) AS bytes FROM uploads
     WHERE state = 'held' GROUP BY worker_id, worker_owner
