@@ -4,8 +4,9 @@ login (development mode on loopback).
 
 Covers what an admin does by hand: create a project, enqueue by paste and by
 ``.zst`` upload (a real file input), see a ``<script>`` value as text,
-requeue a failed job, approve an enrolled node, drain and revoke it, and
-create an enrollment credential. Screenshots of the main pages land in
+requeue a failed job, approve an enrolled node, drain and revoke it, release
+the file a node revoked mid-upload left held, and create an enrollment
+credential. Screenshots of the main pages land in
 ``test-artifacts/screenshots/`` (not committed). Chromium missing is a
 failure, not a skip; so is any Content-Security-Policy violation or any
 JavaScript dialog (an executed script).
@@ -17,8 +18,10 @@ import pytest
 import requests
 
 from tests.browser import SHOTS, browser  # noqa: F401  (fixture)
-from tests.fleet_helpers import Node
+from tests.fleet_helpers import Node, papers, pdf_project
 from tests.helpers import VERSION, Api
+# Spool and object store under tmp_path, test PDFs, a half-sent upload.
+from tests.test_uploads import dirs, files, read_response, sha, spool_names, streaming_upload  # noqa: F401
 from workers.source import write_source
 
 XSS = "<script>alert(1)</script>"
@@ -180,3 +183,37 @@ def test_users_and_hooks_pages(page, site, app, api):
     page.goto(f"{site.url}/admin/hooks?project=papers")
     assert "https://ocr.example.org/in" in page.inner_text("#consumers")
     shot(page, "hooks")
+
+
+def test_revoking_mid_upload_holds_the_file_until_released(page, site, app, api, dirs, files):
+    """DESIGN §8.7 by hand: revoke a node while its upload streams, look at
+    the held file on the worker's page, release it."""
+    node = Node(requests.Session(), app, base=site.url, name="suspect-pc")
+    pdf_project(api, "papers")
+    assert api.enqueue("papers", papers(1)).status_code in (200, 201)
+    assert node.heartbeat().status_code == 200
+    (job,) = node.claim("papers").json()["jobs"]
+    data = files["good"]
+    with streaming_upload(app, site.port, node, job, data) as sock:
+        page.goto(f"{site.url}/admin/workers/node/{node.node_id}")
+        page.check("#confirm-revoke")
+        page.click("#do-revoke")
+        assert "is now revoked" in flash(page)
+        sock.sendall(data[4096:])
+        status, _, _ = read_response(sock)
+    assert status == 409
+
+    row = page.locator("#workers-table tbody tr", has_text="suspect-pc")
+    row.locator("a", has_text="1 held").click()
+    held = page.locator("#held")
+    assert "Held files (1," in held.locator("h2").inner_text()
+    assert job["attempt_id"] in held.inner_text() and sha(data)[:16] in held.inner_text()
+    shot(page, "worker-held")
+    page.click("#do-release-held")  # without ticking the box: refused
+    assert "Tick the box" in flash(page)
+    assert spool_names(dirs) != []
+    page.check("#confirm-release-held")
+    page.click("#do-release-held")
+    assert flash(page) == "Released 1 held file(s): deleted, quota freed."
+    assert page.locator("#held").count() == 0
+    assert spool_names(dirs) == []
