@@ -133,6 +133,11 @@ def test_jobs_list_show_and_delete(hq, tmp_path):
     code, out, _ = hq("jobs", "list", project, "--after", page["next_after_job_id"])
     assert [job["value"] for job in page["jobs"] + json.loads(out)["jobs"]] == [
         "https://example.org/a", "https://example.org/b", "https://example.org/c"]
+    # --all follows the cursor (pages of one here): one job per line.
+    code, out, err = hq("jobs", "list", project, "--all", "--limit", "1")
+    assert code == 0, err
+    assert [json.loads(line)["value"] for line in out.splitlines()] == [
+        "https://example.org/a", "https://example.org/b", "https://example.org/c"]
 
     job_id = page["jobs"][0]["job_id"]
     code, out, _ = hq("jobs", "show", project, job_id)

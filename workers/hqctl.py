@@ -239,7 +239,19 @@ def cmd_jobs_list(client, args):
     params = {key: value for key, value in
               (("status", args.status), ("after_job_id", args.after), ("limit", args.limit))
               if value is not None}
-    return _emit(client.request("GET", _project_path(args, "jobs"), params=params))
+    if not args.all:
+        return _emit(client.request("GET", _project_path(args, "jobs"), params=params))
+    # Every page, one job per line (JSON Lines), so that a million failed jobs
+    # stream through `hqctl jobs list P --status failed --all | jq …`.
+    params.setdefault("limit", 200)
+    while True:
+        page = client.request("GET", _project_path(args, "jobs"), params=params)
+        for job in page.get("jobs", []):
+            print(json.dumps(job, ensure_ascii=False))
+        sys.stdout.flush()
+        if not page.get("next_after_job_id"):
+            return 0
+        params["after_job_id"] = page["next_after_job_id"]
 
 
 def cmd_users_put(client, args):
@@ -334,7 +346,9 @@ def build_parser() -> argparse.ArgumentParser:
     listing = leaf(jobs, "list", cmd_jobs_list, "list jobs (cursor paging)", "project")
     listing.add_argument("--status")
     listing.add_argument("--after", metavar="JOB_ID", help="cursor: last job_id of previous page")
-    listing.add_argument("--limit", type=int, help="1..200")
+    listing.add_argument("--limit", type=int, help="1..200 (per page with --all)")
+    listing.add_argument("--all", action="store_true",
+                         help="follow the cursor to the end; one JSON job per line")
     job_path = "admin/projects/{project}/jobs/{job_id}"
     leaf(jobs, "show", _simple("GET", job_path), "show a job", "project", "job_id")
     leaf(jobs, "requeue", _simple("POST", job_path + "/requeue"),
