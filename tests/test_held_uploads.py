@@ -201,6 +201,13 @@ def test_admin_releases_held_files_from_the_workers_page(app, client, api, dirs,
     page = pages.text(f"/admin/workers/node/{node.node_id}")
     assert 'id="held"' in page and job["attempt_id"] in page and 'id="do-release-held"' in page
 
+    # The file can be downloaded for investigation: an attachment, never rendered.
+    download = pages.get(f"/admin/workers/held/{job['attempt_id']}/file")
+    assert download.status_code == 200 and download.data == files["good"]
+    assert download.headers["Content-Type"] == "application/octet-stream"
+    assert download.headers["Content-Disposition"].startswith("attachment;")
+    assert pages.get("/admin/workers/held/999999/file").status_code == 404
+
     url = f"/admin/workers/node/{node.node_id}/held/release"
     message, _ = pages.act(url, {}, expect="error")
     assert "Tick the box" in message
@@ -210,6 +217,7 @@ def test_admin_releases_held_files_from_the_workers_page(app, client, api, dirs,
     assert 'id="held"' not in page
     assert spool_names(dirs) == [] and reserved(app) == 0
     assert upload_rows(app, job["attempt_id"])[0]["state"] == "failed"
+    assert pages.get(f"/admin/workers/held/{job['attempt_id']}/file").status_code == 404
     assert [r.released_by for r in caplog.records if r.getMessage() == "held upload released"] \
         == ["page-admin"]
 
@@ -228,5 +236,6 @@ def test_only_signed_in_admins_release_held_files(app, client, api, dirs, files,
     token = client.get("/worker").get_data(as_text=True).split('name="csrf_token" value="')[1].split('"')[0]
     response = client.post(url, data={"confirm": "yes", "csrf_token": token})
     assert response.status_code == 403, response.status_code
+    assert client.get(f"/admin/workers/held/{job['attempt_id']}/file").status_code == 403
     assert upload_rows(app, job["attempt_id"])[0]["state"] == "held"
     assert spool_names(dirs) != []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from flask import abort, current_app, render_template, request
+from flask import abort, current_app, render_template, request, send_file
 
 from app.fleet import listing
 from app.fleet import service as fleet
@@ -113,6 +113,20 @@ def release_held_node(node_id):
 @bp.post("/workers/token/<user_id>/<worker_id>/held/release")
 def release_held_token_worker(user_id, worker_id):
     return _release_held(worker_id, user_id, "admin.token_worker", user_id=user_id, worker_id=worker_id)
+
+
+@bp.get("/workers/held/<int:attempt_id>/file")
+def held_file(attempt_id):
+    """A held file, for investigation: always a download, never rendered here
+    (it came from a revoked, possibly hostile machine)."""
+    found = held.held_file(attempt_id, Spool.from_config(current_app.config))
+    if found is None:
+        abort(404)
+    path, sha256 = found
+    response = send_file(path, mimetype="application/octet-stream", as_attachment=True,
+                         download_name=f"held-{attempt_id}-{sha256[:12]}.pdf", max_age=0)
+    response.headers["Cache-Control"] = "no-store"
+    return response
 
 
 @bp.post("/workers/enrollments")

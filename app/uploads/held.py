@@ -46,6 +46,22 @@ def listing(worker_id: str | None = None, owner: str | None = None, *,
     } for r in rows]
 
 
+def held_file(attempt_id: int, spool: Spool) -> tuple[str, str] | None:
+    """(path, sha256) of a held upload's file for an admin to download, or
+    None when the upload is not held or left no file. Only paths inside the
+    spool directory are ever returned."""
+    row = db.session.execute(text(
+        "SELECT spool_file, sha256 FROM uploads WHERE attempt_id = :a AND state = 'held'"),
+        {"a": attempt_id}).first()
+    db.session.commit()
+    if row is None or not row[0]:
+        return None
+    path = os.path.realpath(row[0])
+    if os.path.dirname(path) != os.path.realpath(spool.directory) or not os.path.isfile(path):
+        return None
+    return path, row[1]
+
+
 def release(attempt_id: int, spool: Spool, released_by: str) -> dict:
     """Release one held upload: it fails, its quota is freed, its files go.
 
