@@ -11,9 +11,11 @@ config = context.config
 
 # Interpret the config file for Python logging.
 # This line sets up loggers basically.
-# disable_existing_loggers=False: when migrations run inside a process that
-# also serves (tests, the dev stack), its loggers must keep working.
-fileConfig(config.config_file_name, disable_existing_loggers=False)
+# Only in a process of its own (`flask db upgrade`): when migrations run inside
+# a process whose logging is already set up (tests), its loggers, handlers
+# and levels must keep working.
+if not logging.getLogger().handlers:
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
 logger = logging.getLogger('alembic.env')
 
 

@@ -565,22 +565,28 @@ def test_corrupted_existing_object_is_not_trusted_nor_overwritten(app, pipeline,
     assert spool_reserved(app) == staged.size
 
 
-def test_spool_file_changed_after_staging_is_re_hashed_and_refused(app, pipeline, local_store):
+def test_spool_file_changed_after_staging_is_re_hashed_and_discarded(app, pipeline, local_store):
     # The archive trusts the digest taken while streaming only while the spool
     # file is the one sealed then; bytes changed behind the master's back
     # (same size) are caught by the store re-hashing them.
     staged = pipeline.stage("10.1234/tampered", seed=9)
     upload = one(app, "SELECT spool_file FROM uploads WHERE attempt_id = :a", a=staged.attempt_id)
+    time.sleep(0.05)  # past the filesystem clock's granularity, as any real later write is
     with open(upload["spool_file"], "r+b") as f:
         f.seek(staged.size // 2)
         f.write(b"X")
 
-    assert commit_directly(app, staged.attempt_id, local_store) == "retry"
+    # Retrying cannot mend it: the upload fails at once, its quota is freed,
+    # and the job goes back to the queue for a fresh download.
+    assert commit_directly(app, staged.attempt_id, local_store) == "skip"
     assert not os.path.exists(local_store.path_of(content_key(staged.sha256)))
+    assert not os.path.exists(upload["spool_file"])
     assert rows(app, "SELECT * FROM assets") == []
-    assert pipeline.receipt(staged)["state"] == "staged"
-    outbox = one(app, "SELECT last_error FROM outbox WHERE topic = 'archive_commit' AND done_at IS NULL")
-    assert "nothing written" in outbox["last_error"]
+    receipt = pipeline.receipt(staged)
+    assert receipt["state"] == "failed" and receipt["error"]["code"] == "spool_damaged"
+    assert one(app, "SELECT state FROM jobs WHERE id = :j", j=staged.job_id)["state"] == "todo"
+    assert spool_reserved(app) == 0
+    assert rows(app, "SELECT * FROM outbox WHERE topic = 'archive_commit' AND done_at IS NULL") == []
 
 
 # ------------------------------------------------------ transactions

@@ -7,6 +7,9 @@ never does: redirects, 503s, dropped connections.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -119,7 +122,7 @@ def test_enqueue_source_of_a_packed_file(hq, tmp_path, capsys):
     assert json.loads(hq("enqueue", project, str(values))[1])["inserted"] == 0
 
 
-def test_jobs_list_show_and_delete(hq, tmp_path):
+def test_jobs_list_show_and_delete(hq, tmp_path, live_server, admin_token):
     project = name()
     assert hq("project", "put", project)[0] == 0
     values = tmp_path / "values.txt"
@@ -138,6 +141,14 @@ def test_jobs_list_show_and_delete(hq, tmp_path):
     assert code == 0, err
     assert [json.loads(line)["value"] for line in out.splitlines()] == [
         "https://example.org/a", "https://example.org/b", "https://example.org/c"]
+    # Piped into a reader that stops early: quiet, no traceback.
+    hqctl = os.path.join(os.path.dirname(sys.executable), "hqctl")
+    piped = subprocess.run(
+        f"set -o pipefail; {hqctl} --master {live_server.url} --token {admin_token} "
+        f"jobs list {project} --all --limit 1 | head -n 1",
+        shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=60)
+    assert piped.returncode == 0 and "Traceback" not in piped.stderr, piped.stderr
+    assert json.loads(piped.stdout)["value"] == "https://example.org/a"
 
     job_id = page["jobs"][0]["job_id"]
     code, out, _ = hq("jobs", "show", project, job_id)

@@ -244,14 +244,18 @@ def cmd_jobs_list(client, args):
     # Every page, one job per line (JSON Lines), so that a million failed jobs
     # stream through `hqctl jobs list P --status failed --all | jq …`.
     params.setdefault("limit", 200)
-    while True:
-        page = client.request("GET", _project_path(args, "jobs"), params=params)
-        for job in page.get("jobs", []):
-            print(json.dumps(job, ensure_ascii=False))
-        sys.stdout.flush()
-        if not page.get("next_after_job_id"):
-            return 0
-        params["after_job_id"] = page["next_after_job_id"]
+    try:
+        while True:
+            page = client.request("GET", _project_path(args, "jobs"), params=params)
+            for job in page.get("jobs", []):
+                print(json.dumps(job, ensure_ascii=False))
+            sys.stdout.flush()
+            if not page.get("next_after_job_id"):
+                return 0
+            params["after_job_id"] = page["next_after_job_id"]
+    except BrokenPipeError:  # `| head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def cmd_users_put(client, args):

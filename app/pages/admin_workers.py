@@ -100,8 +100,15 @@ def _release_held(worker_id: str, user_id: str | None, endpoint: str, **values):
     if request.form.get("confirm") != "yes":
         return refuse("Tick the box to confirm: release the held files.", endpoint, **values)
     spool = Spool.from_config(current_app.config)
-    return attempt(lambda: held.release_worker(worker_id, user_id, spool, actor()),
-                   lambda released: f"Released {len(released)} held file(s): deleted, quota freed.",
+
+    def outcome(released) -> str:
+        message = f"Released {len(released)} held file(s): deleted, quota freed."
+        waiting = len(held.listing(worker_id, user_id))
+        if waiting:
+            message += (f" {waiting} may still be streaming: release them once their upload"
+                        " budget is over.")
+        return message
+    return attempt(lambda: held.release_worker(worker_id, user_id, spool, actor()), outcome,
                    endpoint, **values)
 
 
@@ -126,6 +133,8 @@ def held_file(attempt_id):
     response = send_file(path, mimetype="application/octet-stream", as_attachment=True,
                          download_name=f"held-{attempt_id}-{sha256[:12]}.pdf", max_age=0)
     response.headers["Cache-Control"] = "no-store"
+    # Should a browser render it anyway: no scripts, no same-origin rights.
+    response.headers["Content-Security-Policy"] = "sandbox"
     return response
 
 

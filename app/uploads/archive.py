@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from app.extensions import db
 from app.hooks import outbox
-from app.storage.base import StorageError, content_key
+from app.storage.base import IntegrityError, StorageError, content_key
 from app.uploads import spool as spool_mod
 from app.uploads import transitions
 from workers.canonical import InvalidIdentifier, canonical_key
@@ -26,6 +26,15 @@ def _canonical(value: str, sha256: str) -> str:
         return canonical_key(value)
     except InvalidIdentifier:
         return f"sha256:{sha256}"  # a value we cannot classify is keyed by content
+
+
+def _retry(attempt_id: int, exc: Exception) -> str:
+    tries = outbox.retry_later("archive_commit", attempt_id, f"{exc.__class__.__name__}: {exc}")
+    db.session.execute(text("UPDATE uploads SET commit_tries = commit_tries + 1, updated_at = now() "
+                            "WHERE attempt_id = :a"), {"a": attempt_id})
+    db.session.commit()
+    log.warning("archive of attempt %s failed (try %s): %s", attempt_id, tries, exc)
+    return "retry"
 
 
 def commit(attempt_id: int, store) -> str:
@@ -47,13 +56,19 @@ def commit(attempt_id: int, store) -> str:
         # it again. Anything else is re-hashed by the store and refused if wrong.
         unchanged = spool_stamp is not None and spool_mod.stamp(spool_file) == spool_stamp
         store.put_file(object_key, spool_file, sha256_hex=sha256, size=size, source_hashed=unchanged)
-    except (StorageError, OSError) as exc:
-        tries = outbox.retry_later("archive_commit", attempt_id, f"{exc.__class__.__name__}: {exc}")
-        db.session.execute(text("UPDATE uploads SET commit_tries = commit_tries + 1, updated_at = now() "
-                                "WHERE attempt_id = :a"), {"a": attempt_id})
+    except IntegrityError as exc:
+        if exc.stored:  # the store's object is wrong: an operator's problem, keep retrying
+            return _retry(attempt_id, exc)
+        # The spool file itself no longer matches: retrying cannot help.
+        log.error("spool file of attempt %s no longer matches its upload: %s", attempt_id, exc)
+        transitions.discard_damaged(attempt_id, {
+            "code": "spool_damaged", "message": f"the staged file changed after upload: {exc}"})
+        outbox.done("archive_commit", attempt_id)
         db.session.commit()
-        log.warning("archive of attempt %s failed (try %s): %s", attempt_id, tries, exc)
-        return "retry"
+        spool_mod.remove_quietly(spool_file)
+        return "skip"
+    except (StorageError, OSError) as exc:
+        return _retry(attempt_id, exc)
     # An existing asset keeps its own hash and size: the first archived copy wins.
     db.session.execute(text(
         "INSERT INTO assets (canonical_key, sha256, size, object_key, project_id, job_id, attempt_id) "

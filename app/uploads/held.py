@@ -4,8 +4,10 @@ When a worker is revoked, an upload of its that was still streaming — or a
 staged one that could not be archived within the retention — is not thrown
 away with the attempt: the upload becomes ``held`` and its spool file is
 kept, quota and all, so an admin can look at what the machine sent. Nothing
-archives or sweeps a held file; an admin releases it (``flask fleet held
-release``, or the worker's page), which deletes it and frees the quota.
+archives or sweeps a held file; an admin releases it (``flask fleet
+release-held``, or the worker's page), which deletes it and frees the quota.
+Held uploads that never left a file are released by the spool sweeper once
+their transfer can no longer be running.
 """
 from __future__ import annotations
 

@@ -152,6 +152,9 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
     try:
         try:
             digest = _stream_to(fd, stream, meta.size, deadline, sock)
+            # Taken at the last write: a later write (before or after staging)
+            # changes it, and the archive commit then re-reads the file.
+            written = spool_mod.stamp(fd)
         finally:
             os.close(fd)
     except (TimeoutError, ConnectionError, OSError) as exc:
@@ -183,11 +186,10 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
     verified = time.monotonic()
     try:
         final = spool.seal(part, attempt_id, generation)
-        sealed = spool_mod.stamp(final)
     except FileNotFoundError:
         # Released by an admin while it streamed (the upload was held).
         raise StaleUpload("the upload's file was released while it streamed") from None
-    staged = transitions.stage(attempt_id, generation, final, sealed, {
+    staged = transitions.stage(attempt_id, generation, final, written, {
         "source_url": meta.source_url, "download_strategy": meta.download_strategy,
         "download_result": meta.download_result})
     if not staged:

@@ -83,17 +83,21 @@ class Spool:
         return out
 
 
-def stamp(path: str) -> str:
-    """Identity of a sealed spool file: device, inode, size, modification time.
+def stamp(file: str | int) -> str:
+    """Identity of a spool file (a path or an open descriptor): device, inode,
+    size, modification time.
 
-    Recorded when an upload is staged; the archive commit compares it to tell
-    that nobody has written the file since its bytes were hashed, so it need
-    not read them again (any write changes the modification time).
+    Taken when the last byte of an upload is written and recorded when it is
+    staged; the archive commit compares it to tell that nobody has written the
+    file since its bytes were hashed, so it need not read them again. It shows
+    writes through the filesystem (later than the clock's granularity), not
+    damage on the medium, which no check before the object store would catch
+    either.
 
     Raises:
         OSError: the file is gone.
     """
-    st = os.stat(path)
+    st = os.stat(file)
     return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
 
 

@@ -90,7 +90,9 @@ def admit(attempt_id: int, worker: Worker, sha256: str, size: int, spool) -> Adm
         raise Conflict("uploads are for pdf projects", code="invalid_transition")
     upload = db.session.execute(text(
         "SELECT state, sha256, size, generation, extract(epoch FROM upload_deadline_at - now()), "
-        "reserved_bytes FROM uploads WHERE attempt_id = :a"), {"a": attempt_id}).first()
+        # Locked before the spool quota row, the order of the sweeper's
+        # expire_abandoned (upload, then quota), so the two cannot deadlock.
+        "reserved_bytes FROM uploads WHERE attempt_id = :a FOR UPDATE"), {"a": attempt_id}).first()
     same = upload is not None and upload[1] == sha256 and upload[2] == size
     if upload is not None and not same and upload[0] in ("uploading", "staged", "done"):
         db.session.rollback()
@@ -232,11 +234,18 @@ def reject(attempt_id: int, generation: int, error: dict) -> None:
         db.session.rollback()
         return  # a newer generation owns the attempt now
     _fail_live_upload(attempt_id, error)
+    _requeue_after_bad_file(attempt_id, "uploading", "wip", error)
+    db.session.commit()
+
+
+def _requeue_after_bad_file(attempt_id: int, attempt_state: str, job_state: str, error: dict) -> None:
+    """The attempt's file is bad: the attempt fails retryably and its job goes
+    back to the queue with backoff (or fails, out of resets or time)."""
     moved = db.session.execute(text("""
         WITH att AS (
             UPDATE attempts SET state = 'failed', finished_at = now(),
                 error = jsonb_build_object('retryable', true, 'error', CAST(:e AS jsonb))
-            WHERE id = :a AND state = 'uploading' RETURNING job_id
+            WHERE id = :a AND state = :as RETURNING job_id
         )
         UPDATE jobs j SET
             state = CASE WHEN j.deadline_at IS NOT NULL AND j.deadline_at <= now() THEN 'failed'
@@ -246,11 +255,30 @@ def reject(attempt_id: int, generation: int, error: dict) -> None:
                 p.retry_backoff_seconds * power(2.0, LEAST(j.resets, 20))) * (0.5 + random() * 0.5)),
             updated_at = now()
         FROM att, projects p
-        WHERE j.id = att.job_id AND j.current_attempt_id = :a AND j.state = 'wip' AND p.id = j.project_id
-        RETURNING j.project_id, j.state"""), {"a": attempt_id, "e": json.dumps(error)}).first()
+        WHERE j.id = att.job_id AND j.current_attempt_id = :a AND j.state = :js AND p.id = j.project_id
+        RETURNING j.project_id, j.state"""),
+        {"a": attempt_id, "e": json.dumps(error), "as": attempt_state, "js": job_state}).first()
     if moved is not None and moved[1] == "todo":
         wakeups.notify(moved[0])
+
+
+def discard_damaged(attempt_id: int, error: dict) -> bool:
+    """A staged file no longer matches what was uploaded (written or damaged
+    after staging): the upload fails and frees its quota, and the job goes
+    back to the queue for a fresh download. Commits. False if not staged."""
+    _lock(attempt_id)
+    freed = db.session.execute(text(
+        "UPDATE uploads SET state = 'failed', error = CAST(:e AS jsonb), updated_at = now() "
+        "WHERE attempt_id = :a AND state = 'staged' RETURNING reserved_bytes"),
+        {"a": attempt_id, "e": json.dumps(error)}).scalar()
+    if freed is None:
+        db.session.rollback()
+        return False
+    spool_mod.release(freed)
+    _requeue_after_bad_file(attempt_id, "staged", "staged", error)
+    _notify_receipt(attempt_id)
     db.session.commit()
+    return True
 
 
 def complete(attempt_id: int, asset_key: str) -> bool:
