@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import text
 
 from tests.fleet_helpers import Node
-from tests.helpers import VERSION, Api, body
+from tests.helpers import VERSION, Api, body, values
 from workers.protocol import default_job_id
 from workers.source import write_source
 
@@ -448,6 +448,20 @@ def test_approve_drain_enable_revoke_a_registered_node(pages, app, client):
     message, _ = pages.act(f"/admin/workers/node/{node.node_id}/fly", {"confirm": "yes"}, expect="error")
     assert "unknown action" in message
     assert pages.get("/admin/workers/node/does-not-exist").status_code == 404
+
+
+def test_worker_page_lists_its_jobs_and_flags_a_lease_that_ran_out(pages, app, client, api):
+    api.put_project("gen")
+    assert api.enqueue("gen", values(2)).status_code == 200
+    node = Node(client, app, name="busy-node")
+    assert node.heartbeat().status_code == 200
+    assert len(body(node.claim("gen", max_jobs=2))["jobs"]) == 2
+    running = pages.text(f"/admin/workers/node/{node.node_id}").split('id="live-jobs"')[1]
+    assert "Running now (2)" in running and "ran out" not in running
+    sql(app, "UPDATE jobs SET lease_expires_at = now() - interval '1 second' "
+             "WHERE id = (SELECT min(id) FROM jobs WHERE project_id = 'gen')")
+    running = pages.text(f"/admin/workers/node/{node.node_id}").split('id="live-jobs"')[1]
+    assert "Running now (1)" in running and running.count("ran out") == 1
 
 
 def test_stale_heartbeat_is_flagged(pages, app, client):

@@ -86,12 +86,16 @@ def release_worker(worker_id: str, owner: str | None, spool: Spool, released_by:
     releases them later, or the sweeper once nothing arrived).
     """
     released = []
-    for row in listing(worker_id, owner):
-        try:
-            released.append(release(int(row["attempt_id"]), spool, released_by))
-        except (Conflict, NotFound):
-            continue  # still streaming, or released meanwhile by someone else
-    return released
+    while True:  # listings stop at MAX_ROWS: go on while a full page made progress
+        page = listing(worker_id, owner)
+        before = len(released)
+        for row in page:
+            try:
+                released.append(release(int(row["attempt_id"]), spool, released_by))
+            except (Conflict, NotFound):
+                continue  # still streaming, or released meanwhile by someone else
+        if len(page) < MAX_ROWS or len(released) == before:
+            return released
 
 
 def release_fileless(spool: Spool, *, grace_s: float) -> int:
