@@ -69,9 +69,16 @@ def gunicorn(url: str, *, workers: int = 2, threads: int = 4):
             raise RuntimeError("gunicorn did not start")
         yield base, proc
     finally:
+        stop(proc)
+
+
+def stop(*procs: subprocess.Popen, timeout: float = 15) -> None:
+    """SIGTERM every process, then wait for each; kill what outlives ``timeout``."""
+    for proc in procs:
         proc.terminate()
+    for proc in procs:
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

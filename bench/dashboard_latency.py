@@ -27,7 +27,7 @@ from contextlib import contextmanager
 import psycopg
 import requests
 
-from _common import BENCH_PG, ROOT, free_port, fresh_database
+from _common import BENCH_PG, ROOT, free_port, fresh_database, stop
 
 PROJECTS = [("bench-1", "generic", "external_id"), ("bench-2", "generic", "external_id"),
             ("bench-3", "generic", "none"), ("bench-4", "pdf", "unique_value"),
@@ -199,12 +199,7 @@ def serve(url: str, *, workers: int = 2, threads: int = 4, boot_timeout_s: float
                 time.sleep(0.1)
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def main():

@@ -27,7 +27,7 @@ import time
 import redis
 import requests
 
-from _common import ROOT, VERSION, admin_token, free_port, fresh_database
+from _common import ROOT, VERSION, admin_token, free_port, fresh_database, stop
 
 sys.path.insert(0, ROOT)
 from tests.fleet_helpers import new_identity  # noqa: E402
@@ -79,13 +79,7 @@ class Master:
         return pids
 
     def stop(self):
-        for proc in (self.web, self.tasks):
-            proc.terminate()
-        for proc in (self.web, self.tasks):
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop(self.web, self.tasks)
 
 
 def children(pid: int) -> list[int]:

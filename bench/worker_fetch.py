@@ -40,7 +40,7 @@ import psycopg
 import redis
 import requests
 
-from _common import ROOT, VERSION, admin_token, api, free_port, fresh_database
+from _common import ROOT, VERSION, admin_token, api, free_port, fresh_database, stop
 
 from tests.publisher import Publisher  # noqa: E402  (_common put ROOT on sys.path)
 
@@ -80,13 +80,7 @@ class Master:
         raise RuntimeError("master did not start")
 
     def stop(self) -> None:
-        for proc in self.procs:
-            proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop(*self.procs)
 
 
 def tree(pid: int) -> list[int]:

@@ -126,6 +126,23 @@ def live_server(app):
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def pub():
+    """The local test publisher (papers, landing pages, traps) for one module."""
+    from tests.publisher import Publisher
+    with Publisher() as publisher:
+        yield publisher
+
+
+@pytest.fixture(scope="module")
+def standin():
+    """The GitHub stand-in (OAuth, user and team API over real HTTP) for one module."""
+    from tests.github_standin import GitHubStandIn
+    server = GitHubStandIn().start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def redis_url():
     import redis

@@ -86,3 +86,43 @@ def db_rows(app, statement: str, **params) -> list[dict]:
         db.session.commit()
         db.session.remove()
     return out
+
+
+def sql(app, statement: str, **params):
+    """Run one SQL statement in a session of its own and commit; its rows as
+    tuples (``None`` for a statement that returns none)."""
+    from sqlalchemy import text
+
+    from app.extensions import db
+    with app.app_context():
+        result = db.session.execute(text(statement), params)
+        rows = result.all() if result.returns_rows else None
+        db.session.commit()
+        db.session.remove()
+    return rows
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "the condition", interval: float = 0.1):
+    """Poll ``predicate`` until it returns something truthy (returned), or fail."""
+    import time
+
+    import pytest
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def close_broker(broker) -> None:
+    """Close a test's Dramatiq broker and the database pools its AppContext
+    middleware opened, so no connection outlives the test."""
+    from tasks.middleware import AppContext
+    for middleware in broker.middleware:
+        if isinstance(middleware, AppContext) and middleware._app is not None:
+            from app.extensions import db
+            with middleware._app.app_context():
+                db.engine.dispose()
+    broker.close()

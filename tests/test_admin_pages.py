@@ -8,29 +8,18 @@ from __future__ import annotations
 import html
 import io
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import pytest
-from sqlalchemy import text
 
 from tests.fleet_helpers import Node
-from tests.helpers import VERSION, Api, body, values
+from tests.helpers import VERSION, Api, body, sql, values
 from workers.protocol import default_job_id
 from workers.source import write_source
 
 XSS = "<script>alert(1)</script>"
 CSRF_RE = re.compile(r'name="csrf_token" value="([^"]+)"')
 FLASH_RE = re.compile(r'<p class="flash flash-(\w+)" role="status">(.*?)</p>', re.S)
-
-
-def sql(app, statement: str, **params):
-    from app.extensions import db
-    with app.app_context():
-        result = db.session.execute(text(statement), params)
-        rows = result.all() if result.returns_rows else None
-        db.session.commit()
-        db.session.remove()
-    return rows
 
 
 class Pages:

@@ -27,10 +27,9 @@ from dramatiq.common import QueueJoinTimeout
 import tasks
 from app.storage import LocalObjectStore, content_key, from_config
 from tasks import actors
-from tasks.middleware import AppContext
 from tests.conftest import free_port, unique
 from tests.fleet_helpers import Node, pdf_project
-from tests.helpers import Api, body, db_rows
+from tests.helpers import Api, body, close_broker, db_rows
 from tests.pdfs import make_pdf
 
 PIPELINE_ACTORS = (actors.archive_commit, actors.deliver_hook, actors.reconcile,
@@ -227,12 +226,7 @@ def make_broker(redis_url, database_url, monkeypatch):
         if stale:
             made[-1].client.delete(*stale)
     for broker in made:
-        for middleware in broker.middleware:
-            if isinstance(middleware, AppContext) and middleware._app is not None:
-                from app.extensions import db
-                with middleware._app.app_context():
-                    db.engine.dispose()
-        broker.close()
+        close_broker(broker)
 
 
 @pytest.fixture

@@ -10,17 +10,9 @@ import pytest
 import requests
 from sqlalchemy import text
 
-from tests.github_standin import GitHubStandIn
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 TOKEN = re.compile(r'id="new-token">(fhq_[A-Za-z0-9_-]+)<')
-
-
-@pytest.fixture(scope="module")
-def standin():
-    server = GitHubStandIn().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -11,15 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.browser import SHOTS, browser  # noqa: F401  (fixture)
-from tests.github_standin import GitHubStandIn
 
-
-
-@pytest.fixture(scope="module")
-def standin():
-    server = GitHubStandIn().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

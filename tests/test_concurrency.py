@@ -9,21 +9,10 @@ import time
 from collections import Counter
 
 import requests
-from sqlalchemy import text
 
-from tests.helpers import Api, values
+from tests.helpers import Api, sql, values
 
 ALL_ZERO = {"todo": 0, "wip": 0, "staged": 0, "done": 0, "failed": 0, "reset_exhausted": 0}
-
-
-def sql(app, statement: str, **params):
-    from app.extensions import db
-    with app.app_context():
-        result = db.session.execute(text(statement), params)
-        rows = result.all() if result.returns_rows else None
-        db.session.commit()
-        db.session.remove()
-    return rows
 
 
 def real_counts(app, project: str) -> dict:

@@ -10,17 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.publisher import BROWSER_KINDS, Publisher
+from tests.publisher import BROWSER_KINDS
 from tests.publisher.memory import fetch_peak, serve_in_child, stop_child
 from workers.fetch import FetchConfig, browser_available, browser_status, close_browser, fetch_document
 from workers.fetch import browser as browser_lane
 from workers.fetch.chromium import thread_browser
-
-
-@pytest.fixture(scope="module")
-def pub():
-    with Publisher() as publisher:
-        yield publisher
 
 
 @pytest.fixture(scope="module")

@@ -10,16 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.publisher import HTTP_KINDS, Publisher
+from tests.publisher import HTTP_KINDS
 from tests.publisher.memory import fetch_peak, serve_in_child, stop_child
 from workers.fetch import FetchConfig, FetchResult, fetch_document, target_url
 from workers.fetch.landing import pdf_links
-
-
-@pytest.fixture(scope="module")
-def pub():
-    with Publisher() as publisher:
-        yield publisher
 
 
 @pytest.fixture

@@ -14,26 +14,15 @@ import uuid
 import psycopg
 import pytest
 import requests
-from sqlalchemy import text
 
 from tests.fleet_helpers import Node, decide, new_identity
-from tests.helpers import Api, body, values
+from tests.helpers import Api, body, sql, values
 
 NODE_LEASE_S = 60
 STALE_AFTER_S = 90
 
 
 # ------------------------------------------------------------------ helpers
-
-def sql(app, statement: str, **params):
-    """Run one statement in its own app context and commit; returns all rows (if any)."""
-    from app.extensions import db
-    with app.app_context():
-        result = db.session.execute(text(statement), params)
-        rows = result.all() if result.returns_rows else None
-        db.session.commit()
-        db.session.remove()
-    return rows
 
 
 def cli(app, *args):

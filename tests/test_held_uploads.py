@@ -239,3 +239,23 @@ def test_only_signed_in_admins_release_held_files(app, client, api, dirs, files,
     assert client.get(f"/admin/workers/held/{job['attempt_id']}/file").status_code == 403
     assert upload_rows(app, job["attempt_id"])[0]["state"] == "held"
     assert spool_names(dirs) != []
+
+
+def test_held_listing_stops_at_500_rows_and_release_goes_past_it(app, client, api, dirs):
+    # DESIGN §12: admin snapshots are at most 500 rows. 501 held uploads of one
+    # (revoked) node, made directly: no file, their transfers long over.
+    execute(app, """
+        INSERT INTO uploads (attempt_id, job_id, project_id, worker_id, state, sha256, size,
+                             reserved_bytes, held_at, upload_deadline_at)
+        SELECT 900000 + i, 900000 + i, 'papers', 'gone-node-0123456789', 'held', repeat('a', 64),
+               1000, 1000, now(), now() - interval '1 hour'
+        FROM generate_series(1, 501) AS i""")
+    execute(app, "INSERT INTO spool_usage (id, reserved_bytes) VALUES (1, 501000) "
+                 "ON CONFLICT (id) DO UPDATE SET reserved_bytes = 501000")
+    listed = cli_json(cli(app, "fleet", "held", "--worker", "gone-node-0123456789"))
+    assert len(listed) == 500 and listed[0]["attempt_id"] == "900001"
+
+    released = cli_json(cli(app, "fleet", "release-held", "--worker", "gone-node-0123456789"))
+    assert len(released) == 501
+    assert reserved(app) == 0
+    assert cli_json(cli(app, "fleet", "held")) == []

@@ -419,6 +419,18 @@ def test_disabled_consumers_are_skipped_and_each_enabled_one_gets_a_delivery(
 # ------------------------------------------------ at least once, end to end
 
 
+def die_after_posting(monkeypatch, deliveries):
+    """The delivery's POST reaches the consumer, then the process "dies"
+    before the outcome is recorded. Returns the real ``requests.post``."""
+    real_post = requests.post
+
+    def post_then_die(*args, **kwargs):
+        real_post(*args, **kwargs)
+        raise ProcessDied("killed before the outcome was recorded")
+    monkeypatch.setattr(deliveries.requests, "post", post_then_die)
+    return real_post
+
+
 class ProcessDied(Exception):
     """The tasks process died right after the consumer got the POST."""
 
@@ -452,14 +464,8 @@ def test_duplicate_delivery_after_a_restart_keeps_the_delivery_id(
     archive(app, pipeline, "10.1234/twice", seed=9)
     [delivery_id] = delivery_ids(app)
 
-    real_post = requests.post
-
-    def post_then_die(*args, **kwargs):
-        real_post(*args, **kwargs)
-        raise ProcessDied("killed before the outcome was recorded")
-
     broker = make_broker()
-    monkeypatch.setattr(deliveries.requests, "post", post_then_die)
+    real_post = die_after_posting(monkeypatch, deliveries)
     actors.deliver_hook.send(delivery_id)
     run_worker(broker)
     [(name, _, exc)] = broker.recorder.processed
@@ -585,13 +591,7 @@ def test_coalescing_consumer_confirms_with_the_token_it_kept(app, client, pipeli
     archive(app, pipeline, "10.1234/coalesce", seed=10)
     [delivery_id] = delivery_ids(app)
 
-    real_post = requests.post
-
-    def post_then_die(*args, **kwargs):
-        real_post(*args, **kwargs)
-        raise ProcessDied("killed before the outcome was recorded")
-
-    monkeypatch.setattr(deliveries.requests, "post", post_then_die)
+    real_post = die_after_posting(monkeypatch, deliveries)
     with pytest.raises(ProcessDied):
         deliver(app, delivery_id)
     monkeypatch.setattr(deliveries.requests, "post", real_post)

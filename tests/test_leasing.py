@@ -7,25 +7,14 @@ from __future__ import annotations
 import time
 
 import pytest
-from sqlalchemy import text
 
-from tests.helpers import Api, body, values
+from tests.helpers import Api, body, sql, values
 
 RESULT_KEYS = {"job_id", "attempt_id", "status", "job_status", "lease_expires_at", "error"}
 ALL_ZERO = {"todo": 0, "wip": 0, "staged": 0, "done": 0, "failed": 0, "reset_exhausted": 0}
 
 
 # ------------------------------------------------------------------ helpers
-
-def sql(app, statement: str, **params):
-    """Run one statement in its own app context and commit; returns all rows (if any)."""
-    from app.extensions import db
-    with app.app_context():
-        result = db.session.execute(text(statement), params)
-        rows = result.all() if result.returns_rows else None
-        db.session.commit()
-        db.session.remove()
-    return rows
 
 
 def expire(app, job_id: str, seconds_ago: int = 1) -> None:

@@ -9,21 +9,11 @@ import time
 import psycopg
 import pytest
 import requests
-from sqlalchemy import event, text
+from sqlalchemy import event
 
-from tests.helpers import Api, values
+from tests.helpers import Api, sql, values
 
 CLAIM_KEYS = ["project_id", "jobs", "retry_after_ms", "policy_version"]
-
-
-def sql(app, statement: str, **params):
-    from app.extensions import db
-    with app.app_context():
-        result = db.session.execute(text(statement), params)
-        rows = result.all() if result.returns_rows else None
-        db.session.commit()
-        db.session.remove()
-    return rows
 
 
 def session_api(live_server, token: str) -> Api:

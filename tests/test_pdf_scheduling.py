@@ -11,22 +11,12 @@ import uuid
 
 import pytest
 import requests
-from sqlalchemy import text
 
 from tests.fleet_helpers import Node, decide, papers, pdf_project
-from tests.helpers import VERSION, Api, body
+from tests.helpers import Api, body, sql
 
 
 # ------------------------------------------------------------------ helpers
-
-def sql(app, statement: str, **params):
-    from app.extensions import db
-    with app.app_context():
-        result = db.session.execute(text(statement), params)
-        rows = result.all() if result.returns_rows else None
-        db.session.commit()
-        db.session.remove()
-    return rows
 
 
 def error_code(response) -> str:

@@ -446,7 +446,7 @@ def test_delete_project(api):
     api.enqueue("p", values(3))
     (job,) = body(api.claim("p", max_jobs=1))["jobs"]
 
-    err = _error(api.call("DELETE", "/api/v1/admin/projects/p"), 409, "invalid_transition")
+    _error(api.call("DELETE", "/api/v1/admin/projects/p"), 409, "invalid_transition")
     assert _summary(api, "p")["job_counts"]["todo"] == 2
     api.complete("p", [job])
 

@@ -20,7 +20,8 @@ from tests.helpers import body
 # Shared fixtures and helpers of the upload tests (no test functions imported).
 from tests.test_uploads import (_age_lease, _reap, api, archive, attempt_row, dirs,  # noqa: F401
                                 error_of, execute, files, hints, job_row, read_response, reserved,
-                                rows, sha, spool_names, start, upload_head, upload_rows, wait_for)
+                                rows, sha, spool_names, start, streaming_upload, upload_head, upload_rows,
+                                wait_for)
 
 
 def sweep(app, now: float | None = None) -> dict:
@@ -246,10 +247,8 @@ def test_abandoned_upload_is_expired_and_frees_its_reservation(app, client, api,
     """The client vanished mid-transfer; its lease ran out and was reaped."""
     node, (job,) = start(app, client, api)
     data = files["big"]
-    with socket.create_connection(("127.0.0.1", live_server.port), timeout=60) as sock:
-        sock.sendall(upload_head(live_server.port, node, job["attempt_id"], sha(data), len(data)))
-        sock.sendall(data[:1024 * 1024])
-        wait_for(lambda: reserved(app) == len(data))
+    with streaming_upload(app, live_server.port, node, job, data):
+        assert reserved(app) == len(data)
     # The connection is gone; the upload row still holds the reservation.
     assert upload_rows(app, job["attempt_id"])[0]["state"] == "uploading"
     assert reserved(app) == len(data)
@@ -306,10 +305,8 @@ def test_upload_abandoned_while_streaming_cannot_stage_but_a_retry_wins(app, cli
                                                                          files, live_server):
     node, (job,) = start(app, client, api)
     data = files["big"]
-    with socket.create_connection(("127.0.0.1", live_server.port), timeout=60) as sock:
-        sock.sendall(upload_head(live_server.port, node, job["attempt_id"], sha(data), len(data)))
-        sock.sendall(data[:1024 * 1024])
-        wait_for(lambda: reserved(app) == len(data))
+    with streaming_upload(app, live_server.port, node, job, data) as sock:
+        assert reserved(app) == len(data)
         _age_lease(app, job)
         assert _reap(app)["expired"] == 1
         assert sweep(app)["abandoned"] == 1
@@ -318,7 +315,7 @@ def test_upload_abandoned_while_streaming_cannot_stage_but_a_retry_wins(app, cli
         # The part file being written is young: the sweeper does not race it.
         assert spool_names(dirs) == [f"{job['attempt_id']}.1.part"]
 
-        sock.sendall(data[1024 * 1024:])
+        sock.sendall(data[4096:])
         status, _, answer = read_response(sock)
     assert status == 409, answer
     assert upload_rows(app, job["attempt_id"])[0]["state"] == "expired"

@@ -21,12 +21,6 @@ from workers.fetch.types import Blocked, FetchConfig
 REAL_GETADDRINFO = socket.getaddrinfo
 
 
-@pytest.fixture(scope="module")
-def pub():
-    with Publisher() as publisher:
-        yield publisher
-
-
 @pytest.fixture
 def cfg(pub):
     return pub.fetch_config(timeout_s=10, use_browser=False)

@@ -16,7 +16,7 @@ import tasks
 from tasks import actors, clock
 from tasks.middleware import AppContext
 from tests.conftest import unique
-from tests.helpers import Api, body, values
+from tests.helpers import Api, body, close_broker, values
 
 ACTORS = (actors.reap_leases, actors.fold_counters, actors.reconcile, actors.sweep_spool)
 
@@ -102,12 +102,7 @@ def redis_broker(redis_url, database_url, monkeypatch):
     broker.recorder = recorder
     yield broker
     broker.flush_all()
-    for middleware in broker.middleware:
-        if isinstance(middleware, AppContext) and middleware._app is not None:
-            from app.extensions import db
-            with middleware._app.app_context():
-                db.engine.dispose()
-    broker.close()
+    close_broker(broker)
 
 
 def run_worker(broker, queue_name="maintenance"):

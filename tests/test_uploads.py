@@ -24,7 +24,8 @@ from sqlalchemy import text
 
 from tests import pdfs
 from tests.fleet_helpers import Node, decide, papers, pdf_project
-from tests.helpers import Api, body, values
+from tests.helpers import Api, body, values, wait_for
+from tests.helpers import db_rows as rows
 
 RECEIPT_KEYS = {"job_id", "attempt_id", "state", "sha256", "size", "asset_key", "error"}
 _MISSING = object()
@@ -116,14 +117,6 @@ def token_worker_claims_a_paper(client, api, token: str, worker_id: str) -> tupl
     return worker, job
 
 
-def rows(app, sql, **params) -> list[dict]:
-    from app.extensions import db
-    with app.app_context():
-        out = [dict(r) for r in db.session.execute(text(sql), params).mappings()]
-        db.session.remove()
-    return out
-
-
 def one(app, sql, **params) -> dict:
     found = rows(app, sql, **params)
     assert len(found) == 1, found
@@ -179,16 +172,6 @@ def object_path(dirs, digest: str):
 
 def error_of(response) -> dict:
     return body(response)["error"]
-
-
-def wait_for(predicate, timeout=30.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("condition not reached in time")
 
 
 def upload_head(port: int, node: Node, attempt_id: str, digest: str, size: int,

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -22,24 +21,13 @@ import pytest
 
 import tasks
 from tasks import actors
-from tasks.middleware import AppContext
 from tests.conftest import unique
 from tests.fleet_helpers import decide, enrollment_credential, pdf_project
-from tests.helpers import VERSION, Api, db_rows
+from tests.helpers import VERSION, Api, close_broker, db_rows, wait_for
 from tests.worker_gate import Master
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINE_ACTORS = (actors.archive_commit, actors.deliver_hook, actors.reconcile, actors.sweep_spool)
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def sql(app, statement: str, **params) -> list[dict]:
@@ -133,12 +121,7 @@ def archiver(app, redis_url, database_url, monkeypatch, tmp_path):
     yield objects
     worker.stop()
     broker.flush_all()
-    for middleware in broker.middleware:
-        if isinstance(middleware, AppContext) and middleware._app is not None:
-            from app.extensions import db
-            with middleware._app.app_context():
-                db.engine.dispose()
-    broker.close()
+    close_broker(broker)
 
 
 @pytest.fixture

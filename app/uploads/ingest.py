@@ -116,6 +116,12 @@ def _stream_to(fd: int, stream, size: int, deadline: float, sock) -> str:
     return digest.hexdigest()
 
 
+def _released_meanwhile() -> StaleUpload:
+    # The file vanished under the pipeline: the upload was held (its worker
+    # revoked) and an admin released it while it streamed.
+    return StaleUpload("the upload's file was released while it streamed")
+
+
 def _discard(attempt_id: int, generation: int, path: str) -> None:
     """Remove an admitted upload's file, unless its worker's revocation put
     the upload on hold: then the file is kept for an admin (DESIGN §8.7)."""
@@ -173,7 +179,7 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
         pdfcheck.check_pdf_file(part, min_bytes=min_bytes, max_bytes=max_bytes,
                                 expected_size=meta.size, limits=parse_limits, known_sha256=digest)
     except FileNotFoundError:
-        raise StaleUpload("the upload's file was released while it streamed") from None
+        raise _released_meanwhile() from None
     except pdfcheck.PdfCheckError as exc:
         _discard(attempt_id, generation, part)
         raise VerificationUnavailable(f"could not verify the upload: {exc}",
@@ -187,8 +193,7 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
     try:
         final = spool.seal(part, attempt_id, generation)
     except FileNotFoundError:
-        # Released by an admin while it streamed (the upload was held).
-        raise StaleUpload("the upload's file was released while it streamed") from None
+        raise _released_meanwhile() from None
     staged = transitions.stage(attempt_id, generation, final, written, {
         "source_url": meta.source_url, "download_strategy": meta.download_strategy,
         "download_result": meta.download_result})

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import NamedTuple
 from urllib.parse import quote
 
 from workers.canonical import InvalidIdentifier, classify
@@ -118,22 +119,40 @@ def http_lanes(url: str, dest_dir: str, cfg):
     """Direct PDF, else the landing page's PDF links. Returns what _success takes."""
     deadline = time.monotonic() + cfg.timeout_s
     with SafeClient(cfg) as client:
-        response = client.request(url, deadline=deadline)
-        try:
-            kind = _kind(response)
-            extra = {"redirects": response.redirects}
-            if kind == "pdf":
-                path, info = store.save_response(response, dest_dir, cfg.max_bytes)
-                return path, info, response.url, "direct", extra
-            body, _cut = response.read_capped(MAX_HTML_BYTES)
-        finally:
-            response.close()
-        _refuse_non_pages(kind, response)
-        html = decode_html(body, response.headers)
-        if response.status >= 400:
-            raise classify_page(response.status, html, response.url)
-        path, info, source = _landing(client, response.url, html, dest_dir, cfg, deadline, 0, set())
-        return path, info, source, "landing", {**extra, "landing_url": response.url}
+        got = _pdf_or_page(client, url, dest_dir, cfg, deadline)
+        extra = {"redirects": got.response.redirects}
+        if got.html is None:
+            return got.path, got.info, got.response.url, "direct", extra
+        page_url = got.response.url
+        path, info, source = _landing(client, page_url, got.html, dest_dir, cfg, deadline, 0, set())
+        return path, info, source, "landing", {**extra, "landing_url": page_url}
+
+
+class _Got(NamedTuple):
+    """What one request gave: a saved PDF (``path``, ``info``) or a page's ``html``."""
+    response: object
+    path: str | None = None
+    info: object = None
+    html: str | None = None
+
+
+def _pdf_or_page(client, url, dest_dir, cfg, deadline) -> _Got:
+    """Request ``url``: save it if it is a PDF, read it (capped) if it is a web
+    page; raise for anything else and for an error page."""
+    response = client.request(url, deadline=deadline)
+    try:
+        kind = _kind(response)
+        if kind == "pdf":
+            path, info = store.save_response(response, dest_dir, cfg.max_bytes)
+            return _Got(response, path, info)
+        body, _cut = response.read_capped(MAX_HTML_BYTES)
+    finally:
+        response.close()
+    _refuse_non_pages(kind, response)
+    html = decode_html(body, response.headers)
+    if response.status >= 400:
+        raise classify_page(response.status, html, response.url)
+    return _Got(response, html=html)
 
 
 def _kind(response) -> str:
@@ -177,22 +196,12 @@ def _landing(client, page_url, html, dest_dir, cfg, deadline, depth, tried):
 
 
 def _follow_link(client, link, dest_dir, cfg, deadline, depth, tried):
-    response = client.request(link, deadline=deadline)
-    try:
-        kind = _kind(response)
-        if kind == "pdf":
-            path, info = store.save_response(response, dest_dir, cfg.max_bytes)
-            return path, info, response.url
-        body, _cut = response.read_capped(MAX_HTML_BYTES)
-    finally:
-        response.close()
-    _refuse_non_pages(kind, response)
-    html = decode_html(body, response.headers)
-    if response.status >= 400:
-        raise classify_page(response.status, html, response.url)
+    got = _pdf_or_page(client, link, dest_dir, cfg, deadline)
+    if got.html is None:
+        return got.path, got.info, got.response.url
     if depth >= 1:     # a viewer page inside a landing page is as deep as publishers go
-        raise classify_page(200, html, response.url)
-    return _landing(client, response.url, html, dest_dir, cfg, deadline, depth + 1, tried)
+        raise classify_page(200, got.html, got.response.url)
+    return _landing(client, got.response.url, got.html, dest_dir, cfg, deadline, depth + 1, tried)
 
 
 def _raise_best(failures: list[FetchFailure], page: FetchFailure):
