@@ -15,12 +15,13 @@ import os
 import sys
 import time
 from importlib import metadata
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit
 
 import requests
 from urllib3.exceptions import NewConnectionError
 
-from workers.protocol import CLIENT_VERSION_HEADER
+from workers.protocol import CLIENT_VERSION_HEADER, master_base_url
+from workers.sdk._transport import BearerAuth
 
 CONNECT_TIMEOUT = 10.0
 
@@ -90,16 +91,12 @@ def _is_loopback(host: str) -> bool:
 
 def check_master(url: str, *, allow_http: bool = False) -> str:
     """Return the master's base URL without a trailing slash, or raise UsageError."""
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"master must be an http(s) URL, got {url!r}")
-    if parts.username or parts.password or parts.query or parts.fragment:
-        raise UsageError("master URL may not carry credentials, a query or a fragment")
-    if parts.scheme == "http" and not allow_http and not _is_loopback(parts.hostname):
-        # The bearer token would cross the network in clear text.
-        raise UsageError(f"refusing to send a token over plain http to {parts.hostname}; "
-                         "use https, or pass --allow-http on a trusted network")
-    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+    try:  # plain http to this machine itself never crosses a network
+        host = urlsplit(url.strip()).hostname
+        return master_base_url(url, allow_http=allow_http or bool(host and _is_loopback(host)),
+                               http_hint="pass --allow-http on a trusted network")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _read_token_file(path: str) -> str:
@@ -128,16 +125,6 @@ def resolve_settings(master: str | None, token: str | None, token_file: str | No
     if not token.isascii() or not token.isprintable() or " " in token:
         raise UsageError("token contains characters that cannot be sent in a header")
     return master, token
-
-
-class _Bearer(requests.auth.AuthBase):
-    # Set as session.auth so that requests never swaps in ~/.netrc credentials.
-    def __init__(self, token: str):
-        self._token = token
-
-    def __call__(self, request):
-        request.headers["Authorization"] = f"Bearer {self._token}"
-        return request
 
 
 def _connected(exc: requests.RequestException) -> bool:
@@ -188,7 +175,7 @@ class Client:
         self.base = check_master(master, allow_http=allow_http)
         self.timeout = timeout
         self.session = requests.Session()
-        self.session.auth = _Bearer(token)
+        self.session.auth = BearerAuth(token)
         version = client_version()
         self.session.headers.update({"User-Agent": version, CLIENT_VERSION_HEADER: version,
                                      "Accept": "application/json"})

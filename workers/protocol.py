@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from urllib.parse import urlsplit, urlunsplit
 
 CLIENT_VERSION_HEADER = "X-Client-Version"
 # Existing SavewebHQ v1 workers send this name; it is accepted as an alias.
@@ -161,3 +162,22 @@ def default_job_id(value: str, job_type: str = "seed") -> str:
 
 def value_digest(value: str) -> bytes:
     return hashlib.sha256(value.encode("utf-8")).digest()
+
+
+def master_base_url(url: str, *, allow_http: bool, http_hint: str) -> str:
+    """The master's base URL (http(s), no credentials, query or fragment) without
+    a trailing slash; plain http only with ``allow_http``, since the bearer token
+    would cross the network in clear. ``http_hint`` says how the caller allows it.
+
+    Raises:
+        ValueError: with a message for the user.
+    """
+    parts = urlsplit(str(url).strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"master URL must be http(s)://host[:port][/path], got {url!r}")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise ValueError("master URL may not carry credentials, a query or a fragment")
+    if parts.scheme == "http" and not allow_http:
+        raise ValueError(f"refusing plain http to {parts.hostname}: the token would travel in "
+                         f"clear; use https, or {http_hint}")
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))

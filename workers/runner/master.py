@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 import os
 import threading
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote
 
 import requests
 
-from workers.protocol import CLIENT_VERSION_HEADER
+from workers.protocol import CLIENT_VERSION_HEADER, master_base_url
 
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0
@@ -49,15 +49,8 @@ class Refused(MasterError):
 
 
 def base_url(url: str, *, allow_http: bool) -> str:
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"master URL must be https://host[:port][/path], got {url!r}")
-    if parts.username or parts.password or parts.query or parts.fragment:
-        raise ValueError("master URL may not carry credentials, a query or a fragment")
-    if parts.scheme == "http" and not allow_http:
-        raise ValueError(f"refusing plain http to {parts.hostname}: the worker's secret would "
-                         "travel in clear; use https, or --allow-http on a trusted network")
-    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+    """The master's base URL; ``ValueError`` for a URL the worker refuses."""
+    return master_base_url(url, allow_http=allow_http, http_hint="--allow-http on a trusted network")
 
 
 class BlockReader:

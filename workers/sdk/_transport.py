@@ -10,11 +10,11 @@ import random
 import threading
 import time
 from email.utils import parsedate_to_datetime
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote
 
 import requests
 
-from workers.protocol import CLIENT_VERSION_HEADER
+from workers.protocol import CLIENT_VERSION_HEADER, master_base_url
 from workers.sdk._errors import (APIError, FleetHQError, ProtocolError, TransportError,
                                  api_error_class)
 from workers.sdk._retry import RetryPolicy, retry_after_s
@@ -40,15 +40,11 @@ def base_url(url: str, *, allow_http: bool) -> str:
         ProtocolError: not http(s), credentials or a query in the URL, or plain
             http without ``allow_http`` (the bearer token would travel in clear).
     """
-    parts = urlsplit(str(url).strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ProtocolError(f"master URL must be http(s)://host…, got {url!r}")
-    if parts.username or parts.password or parts.query or parts.fragment:
-        raise ProtocolError("master URL may not carry credentials, a query or a fragment")
-    if parts.scheme == "http" and not allow_http:
-        raise ProtocolError(f"refusing to send the token over plain http to {parts.hostname}; "
-                            "use https, or pass allow_http=True on a trusted network")
-    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+    try:
+        return master_base_url(url, allow_http=allow_http,
+                               http_hint="pass allow_http=True on a trusted network")
+    except ValueError as exc:
+        raise ProtocolError(str(exc)) from None
 
 
 def segment(value: str) -> str:
@@ -76,9 +72,10 @@ def check_not_cacheable(response) -> None:
                             f"({', '.join(cacheable) or 'Age header'}); refusing it")
 
 
-class _Bearer(requests.auth.AuthBase):
-    # Passed per request: requests then never swaps in ~/.netrc credentials,
-    # and a caller's session is left untouched.
+class BearerAuth(requests.auth.AuthBase):
+    """The bearer token as requests auth (also used by hqctl and the source
+    CLI). Set as the auth, requests never swaps in ~/.netrc credentials; the
+    SDK passes it per request so a caller's session is left untouched."""
     def __init__(self, token: str):
         self._token = token
 
@@ -129,7 +126,7 @@ class Transport:
         self.base = base_url(url, allow_http=allow_http)
         self.retry = retry or RetryPolicy()
         self.timeout_s = timeout_s
-        self._auth = _Bearer(token)
+        self._auth = BearerAuth(token)
         self._owns_session = session is None
         self._session = session or requests.Session()
         self._headers = {CLIENT_VERSION_HEADER: str(client_version), "Accept": "application/json",
