@@ -125,6 +125,8 @@ class Attempt(db.Model):
               postgresql_where=text("state = 'done'")),
         Index("ix_attempts_failed_finished", "finished_at",
               postgresql_where=text("state IN ('failed', 'expired')")),
+        Index("uq_attempts_wire_id", "job_id", "wire_id", unique=True,
+              postgresql_where=text("wire_id IS NOT NULL")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -142,6 +144,9 @@ class Attempt(db.Model):
     finished_at = mapped_column(DateTime(timezone=True))
     outcome = mapped_column(JSONB)
     error = mapped_column(JSONB)
+    # The id the worker holds when it is not ``id`` (attempts imported from
+    # SavewebHQ keep their ``at_…`` ids); see migration 0006.
+    wire_id = mapped_column(Text)
 
 
 class JobCount(db.Model):
