@@ -1,323 +1,239 @@
-"""``/api/v1/openapi.json``: the machine API as an OpenAPI 3.1 document.
+"""``/api/v1/openapi.json``: the machine API as an OpenAPI 3.1 document,
+derived from the app.
 
-Schemas are written out here rather than derived from the validators: the
-document is part of the contract and is reviewed as such. A test checks that
-every API route of the app appears in it.
+Paths and methods come from Flask's url_map; request bodies, responses,
+query parameters and headers from the ``validate.declare`` record beside each
+view, written with the same rule objects the views check bodies with, so the
+document cannot drift from the validation. Path parameters are typed by name
+(integer job ids, identifier project and user ids). Error statuses all answer
+the one envelope. Views not declared yet are served from the hand-written
+entries of :mod:`app.api.openapi_fallback`.
 """
 from __future__ import annotations
 
-from flask import jsonify
+import copy
+import re
+from http import HTTPStatus
+
+from flask import current_app, jsonify
+from werkzeug.routing import IntegerConverter, PathConverter
 
 from app.api import bp
+from app.api import openapi_fallback as fallback
+from app.api import validate as v
+from app.api.declarations import Declaration, Media, declaration_for
 
-IDENT = {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"}
-TS = {"type": "integer", "format": "int64", "description": "UNIX seconds"}
+TITLE = "FleetHQ machine API"
+IGNORED_METHODS = frozenset({"HEAD", "OPTIONS"})
 
-
-def _ref(name):
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _json(schema):
-    return {"content": {"application/json": {"schema": schema}}}
-
-
-ERRORS = {str(code): {"description": desc, **_json(_ref("Error"))} for code, desc in {
-    400: "invalid_request / invalid_job", 401: "invalid_machine_token", 403: "permission_denied",
-    404: "not_found", 409: "identity_conflict / project_not_active / invalid_transition / stale_attempt",
-    413: "too_large", 415: "unsupported_media_type", 426: "client_upgrade_required",
-    429: "project_dispatch_rate_limited (Retry-After header)"}.items()}
-
-SCHEMAS = {
-    "Error": {"type": "object", "required": ["error"], "properties": {"error": {
-        "type": "object", "required": ["code", "message", "retryable", "retry_after_ms", "details"],
-        "properties": {"code": {"type": "string"}, "message": {"type": "string"},
-                       "retryable": {"type": "boolean"},
-                       "retry_after_ms": {"type": ["integer", "null"]},
-                       "details": {"type": "object"}}}}},
-    "JobSpec": {"type": "object", "additionalProperties": False, "required": ["value"], "properties": {
-        "id": IDENT, "value": {"type": "string", "minLength": 1, "description": "1..8192 UTF-8 bytes"},
-        "type": {"enum": ["seed", "asset"], "default": "seed"},
-        "via": {"type": ["string", "null"]}, "hops": {"type": ["integer", "null"], "minimum": 0},
-        "attr": {"type": ["object", "null"], "description": "at most 8 KiB encoded"},
-        "random_key": {"type": "integer", "minimum": -2147483648, "maximum": 2147483647}}},
-    "ClaimedJob": {"type": "object", "required": ["value", "type", "job_id", "attempt_id",
-                                                  "lease_expires_at"], "properties": {
-        "id": IDENT, "value": {"type": "string"}, "type": {"enum": ["seed", "asset"]},
-        "via": {"type": "string"}, "hops": {"type": "integer"}, "attr": {"type": "object"},
-        "job_id": IDENT, "attempt_id": IDENT, "lease_expires_at": TS}},
-    "ItemResult": {"type": "object", "required": ["job_id", "attempt_id", "status", "job_status",
-                                                  "lease_expires_at", "error"], "properties": {
-        "job_id": IDENT, "attempt_id": IDENT, "status": {"enum": ["applied", "rejected"]},
-        "job_status": {"type": ["string", "null"]}, "lease_expires_at": {**TS, "type": ["integer", "null"]},
-        "error": {"type": ["object", "null"]}}},
-    "Results": {"type": "object", "required": ["results"],
-                "properties": {"results": {"type": "array", "items": _ref("ItemResult")}}},
-    "Policy": {"type": "object", "additionalProperties": False, "required": [
-        "project_id", "dispatch_qps", "worker_claim_qps", "max_jobs_per_claim",
-        "recommended_lease_seconds", "policy_version", "refresh_after_ms"], "properties": {
-        "project_id": IDENT, "dispatch_qps": {"type": ["number", "null"]},
-        "worker_claim_qps": {"type": ["number", "null"]}, "max_jobs_per_claim": {"type": "integer"},
-        "recommended_lease_seconds": {"type": "integer"}, "policy_version": {"type": "integer"},
-        "refresh_after_ms": {"type": "integer"}}},
-    "ProjectPolicyInput": {"type": "object", "additionalProperties": False, "properties": {
-        "kind": {"enum": ["generic", "pdf"]}, "status": {"enum": ["active", "draining", "archived"]},
-        "identity_mode": {"enum": ["none", "external_id", "unique_value"]},
-        "claim_order": {"enum": ["fifo", "random"]},
-        "dispatch_qps": {"type": ["number", "null"], "exclusiveMinimum": 0},
-        "worker_claim_qps": {"type": ["number", "null"], "exclusiveMinimum": 0},
-        "max_jobs_per_claim": {"type": "integer", "minimum": 1, "maximum": 256},
-        "max_resets": {"type": "integer", "minimum": 0, "maximum": 1000},
-        "recommended_lease_seconds": {"type": "integer", "minimum": 1, "maximum": 3600},
-        "retry_backoff_seconds": {"type": "integer", "minimum": 0, "maximum": 86400},
-        "client_versions": {"type": "array", "maxItems": 64, "items": {"type": "string"}},
-        "max_in_flight": {"type": ["integer", "null"], "minimum": 1},
-        "max_worker_in_flight": {"type": ["integer", "null"], "minimum": 1},
-        "prefer_new_worker": {"type": "boolean"},
-        "task_timeout_seconds": {"type": ["integer", "null"], "minimum": 60},
-        "attempt_timeout_seconds": {"type": ["integer", "null"], "minimum": 15},
-        "upload_timeout_seconds": {"type": "integer", "minimum": 10, "maximum": 600}}},
-    "ProjectSummary": {"allOf": [_ref("ProjectPolicyInput"), {"type": "object", "properties": {
-        "id": IDENT, "policy_version": {"type": "integer"}, "created_at": TS, "updated_at": TS,
-        "job_counts": {"type": "object", "properties": {s: {"type": "integer"} for s in (
-            "todo", "wip", "staged", "done", "failed", "reset_exhausted")}}}}]},
-    "Job": {"type": "object", "description": "admin view of a job (attempt_history on detail)"},
-    "Node": {"type": "object", "properties": {
-        "worker_id": IDENT, "name": {"type": "string"},
-        "status": {"enum": ["pending", "active", "draining", "rejected", "revoked"]},
-        "created_at": TS, "last_heartbeat_at": {"type": ["integer", "null"]}}},
-    "Receipt": {"type": "object", "required": ["job_id", "attempt_id", "state", "sha256", "size",
-                                               "asset_key", "error"], "properties": {
-        "job_id": IDENT, "attempt_id": IDENT,
-        "state": {"enum": ["uploading", "staged", "done", "failed", "expired", "held"]},
-        "sha256": {"type": "string"}, "size": {"type": "integer"},
-        "asset_key": {"type": ["string", "null"]}, "error": {"type": ["object", "null"]}}},
-    "User": {"type": "object", "properties": {
-        "user_id": IDENT, "status": {"enum": ["active", "pending", "suspended"]},
-        "roles": {"type": "array", "items": {"enum": ["admin", "worker", "reader"]}},
-        "has_machine_token": {"type": "boolean"}, "created_at": TS, "updated_at": TS}},
+# Integer ids travel as decimal path segments; the rest are identifiers.
+_ROW_ID = v.int_range(1, v.INT64_MAX)
+PATH_PARAMETERS = {
+    "project_id": v.identifier, "user_id": v.identifier, "worker_id": v.identifier,
+    "attempt_id": v.identifier, "job_id": _ROW_ID, "consumer_id": _ROW_ID, "delivery_id": _ROW_ID,
 }
 
-_ITEM_IDS = {"job_id": IDENT, "attempt_id": IDENT}
+ERROR = v.named("Error", {"error": v.obj({
+    "code": v.text.describe(
+        "invalid_request, invalid_job, invalid_machine_token, permission_denied, not_found, "
+        "identity_conflict, project_not_active, invalid_transition, stale_attempt, too_large, "
+        "unsupported_media_type, invalid_upload, client_upgrade_required, "
+        "project_dispatch_rate_limited, spool_full, storage_unavailable, internal_error"),
+    "message": v.text.describe("for people; never parse it"),
+    "retryable": v.boolean,
+    "retry_after_ms": v.int_range(0, v.INT64_MAX).describe(
+        "milliseconds to wait before retrying; 0 when not retrying"),
+    "details": v.any_object.describe("the field, index or line at fault, limits…"),
+})})
+
+ERROR_STATUSES = {
+    400: "invalid_request / invalid_job: bad JSON, an unknown or invalid field or parameter",
+    401: "invalid_machine_token: missing, unknown or revoked bearer token",
+    403: "permission_denied: the token lacks the role, or the action needs a human",
+    404: "not_found",
+    409: "identity_conflict / project_not_active / invalid_transition / stale_attempt",
+    413: "too_large: the body exceeds the route's limit",
+    415: "unsupported_media_type",
+    422: "invalid_upload: the file is not what its headers say (permanent)",
+    426: "client_upgrade_required: X-Client-Version missing or not allowed",
+    429: "project_dispatch_rate_limited (Retry-After)",
+    503: "storage_unavailable (Retry-After)",
+    507: "spool_full (Retry-After)",
+}
+_RETRY_AFTER = {"Retry-After": {"description": "seconds to wait (rounded up)",
+                                "schema": {"type": "integer", "minimum": 1}}}
 
 
-def _body(properties, required):
-    return {"required": True, **_json({"type": "object", "additionalProperties": False,
-                                       "required": required, "properties": properties})}
+def openapi_path(rule: str) -> str:
+    """Flask's ``<name>`` and ``<converter:name>`` become OpenAPI's ``{name}``."""
+    return re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", rule)
 
 
-def _op(summary, *, body=None, ok=None, ok_code="200", worker=False, params=()):
-    op = {"summary": summary, "security": [{"bearer": []}], "responses": {
-        ok_code: {"description": "OK", **(_json(ok) if ok else {})}, **ERRORS}}
-    parameters = list(params)
-    if worker:
-        parameters.append({"name": "X-Client-Version", "in": "header", "required": True,
-                           "schema": {"type": "string"},
-                           "description": "alias accepted: X-SavewebHQ-Client-Version"})
-    if parameters:
-        op["parameters"] = parameters
-    if body:
-        op["requestBody"] = body
+def _path_parameters(rule, overrides: dict, refs: dict) -> list[dict]:
+    params = []
+    for name in re.findall(r"{([^}]+)}", openapi_path(rule.rule)):
+        converter = rule._converters.get(name)
+        if name in overrides:
+            schema = v.schema_of(overrides[name], refs)
+        elif isinstance(converter, IntegerConverter):
+            schema = {"type": "integer", "minimum": 0}
+        elif isinstance(converter, PathConverter):
+            schema = {"type": "string", "minLength": 1}
+        else:
+            schema = v.schema_of(PATH_PARAMETERS.get(name, v.string(1024, min_bytes=1)), refs)
+        params.append({"name": name, "in": "path", "required": True, "schema": schema})
+    return params
+
+
+def _parameters(where: str, declared: dict, refs: dict) -> list[dict]:
+    params = []
+    for name, rule in declared.items():
+        required = not isinstance(rule, v.Optional)
+        schema = v.schema_of(rule.rule if not required else rule, refs)
+        params.append({"name": name, "in": where, "required": required, "schema": schema})
+    return params
+
+
+def _content(body, refs: dict) -> dict:
+    if isinstance(body, Media):
+        return {body.media_type: {"schema": body.schema}}
+    return {"application/json": {"schema": v.schema_of(body, refs)}}
+
+
+def _error(status: int) -> dict:
+    response = {"description": ERROR_STATUSES.get(status, HTTPStatus(status).phrase),
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    if status in (429, 503, 507):
+        response["headers"] = copy.deepcopy(_RETRY_AFTER)
+    return response
+
+
+def _error_statuses(decl: Declaration, has_path: bool) -> set[int]:
+    statuses = set(decl.errors)
+    if decl.auth == "bearer":
+        statuses |= {401, 403}
+    if decl.body is not None:
+        statuses |= {400, 413, 415}
+    if decl.query:
+        statuses.add(400)
+    if has_path:
+        statuses.add(404)
+    return statuses
+
+
+def _operation_id(view, method: str, rule, seen: set) -> str:
+    base = re.sub(r"_(\w)", lambda m: m.group(1).upper(), view.__name__)
+    candidate = base
+    if candidate in seen:
+        candidate = base + method.capitalize()
+    n = 2
+    while candidate in seen:
+        candidate, n = f"{base}{method.capitalize()}{n}", n + 1
+    seen.add(candidate)
+    return candidate
+
+
+def _declared_operation(decl: Declaration, view, rule, method, refs, seen) -> dict:
+    doc_line = (view.__doc__ or "").strip().splitlines()
+    op = {"operationId": decl.operation_id or _operation_id(view, method, rule, seen),
+          "summary": decl.summary or (doc_line[0] if doc_line else view.__name__)}
+    if decl.operation_id:
+        seen.add(decl.operation_id)
+    if decl.description:
+        op["description"] = decl.description
+    op["security"] = [{"bearer": []}] if decl.auth == "bearer" else []
+    params = (_path_parameters(rule, decl.path, refs) + _parameters("query", decl.query, refs)
+              + _parameters("header", decl.headers, refs))
+    if params:
+        op["parameters"] = params
+    if decl.body is not None:
+        op["requestBody"] = {"required": True, "content": _content(decl.body, refs)}
+    responses = {}
+    for status, answer in sorted(decl.responses.items()):
+        description, body = answer if isinstance(answer, tuple) else (HTTPStatus(status).phrase, answer)
+        responses[str(status)] = {"description": description}
+        if body is not None:
+            responses[str(status)]["content"] = _content(body, refs)
+    has_path = "{" in openapi_path(rule.rule)
+    for status in sorted(_error_statuses(decl, has_path)):
+        responses.setdefault(str(status), _error(status))
+    op["responses"] = responses
     return op
 
 
-def _path(*names):
-    return [{"name": n, "in": "path", "required": True, "schema": IDENT} for n in names]
+def _fallback_operation(path: str, method: str, view, rule, refs, seen) -> dict:
+    op = copy.deepcopy(fallback.PATHS.get(path, {}).get(method.lower()))
+    if op is None:  # not written down either: the least that is still true
+        doc_line = (view.__doc__ or "").strip().splitlines()
+        op = {"summary": doc_line[0] if doc_line else view.__name__,
+              "security": [{"bearer": []}],
+              "responses": {"200": {"description": "OK"}, "default": _error(500)}}
+    others = [p for p in op.get("parameters", []) if p.get("in") != "path"]
+    params = _path_parameters(rule, {}, refs) + others
+    if params:
+        op["parameters"] = params
+    op.setdefault("operationId", _operation_id(view, method, rule, seen))
+    return op
 
 
-def _query(name, schema):
-    return {"name": name, "in": "query", "required": False, "schema": schema}
+def _referenced(node, found: set) -> None:
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+            found.add(ref.rsplit("/", 1)[1])
+        for value in node.values():
+            _referenced(value, found)
+    elif isinstance(node, list):
+        for value in node:
+            _referenced(value, found)
 
 
-P = _path("project_id")
-PJ = _path("project_id", "job_id")
-U = _path("user_id")
-JOBS = "/api/v1/projects/{project_id}/jobs"
-ADMIN_P = "/api/v1/admin/projects/{project_id}"
-
-PATHS = {
-    "/api/v1/whoami": {"get": _op("Who the bearer token belongs to", ok={"type": "object"})},
-    "/api/v1/projects/{project_id}": {"get": _op("Project policy for workers", worker=True,
-                                                 ok=_ref("Policy"), params=P)},
-    f"{JOBS}/claim": {"post": _op("Claim jobs (optionally long-polling with wait_ms)", worker=True,
-                                  params=P, body=_body({
-        "worker_id": IDENT, "max_jobs": {"type": "integer", "minimum": 1, "maximum": 256},
-        "lease_seconds": {"type": "integer", "minimum": 1, "maximum": 3600},
-        "accept_types": {"type": "array", "items": {"enum": ["seed", "asset"]}},
-        "policy_version": {"type": ["integer", "null"]},
-        "wait_ms": {"type": "integer", "minimum": 0, "maximum": 30000}},
-        ["worker_id", "max_jobs", "lease_seconds"]), ok={
-        "type": "object", "additionalProperties": False,
-        "required": ["project_id", "jobs", "retry_after_ms", "policy_version"], "properties": {
-            "project_id": IDENT, "jobs": {"type": "array", "items": _ref("ClaimedJob")},
-            "retry_after_ms": {"type": "integer"}, "policy_version": {"type": "integer"}}})},
-    f"{JOBS}/complete": {"post": _op("Complete attempts (generic projects)", worker=True, params=P,
-                                     ok=_ref("Results"), body=_body({
-        "worker_id": IDENT, "items": {"type": "array", "minItems": 1, "maxItems": 256, "items": {
-            "type": "object", "required": ["job_id", "attempt_id", "outcome"], "properties": {
-                **_ITEM_IDS, "outcome": {"type": "object", "required": ["kind"], "properties": {
-                    "kind": {"enum": ["success", "http_error", "skipped"]},
-                    "code": {"type": ["integer", "null"], "minimum": 0, "maximum": 999},
-                    "uri": {"type": ["string", "null"], "maxLength": 4096},
-                    "meta": {"type": ["object", "null"]}}},
-                "artifact_receipts": {"type": "array", "maxItems": 16, "items": {
-                    "type": "object", "required": ["id", "issuer", "object_id", "checksum",
-                                                   "size_bytes", "accepted_at"]}}}}}},
-        ["worker_id", "items"]))},
-    f"{JOBS}/fail": {"post": _op("Report failed attempts", worker=True, params=P, ok=_ref("Results"),
-                                 body=_body({
-        "worker_id": IDENT, "items": {"type": "array", "minItems": 1, "maxItems": 256, "items": {
-            "type": "object", "required": ["job_id", "attempt_id", "retryable", "error"], "properties": {
-                **_ITEM_IDS, "retryable": {"type": "boolean"},
-                "error": {"type": "object", "required": ["code", "message"], "properties": {
-                    "code": {"type": "string"}, "message": {"type": "string", "maxLength": 2048},
-                    "details": {"type": ["object", "null"]}}}}}}},
-        ["worker_id", "items"]))},
-    f"{JOBS}/extend-lease": {"post": _op("Renew leases", worker=True, params=P, ok=_ref("Results"),
-                                         body=_body({
-        "worker_id": IDENT, "extend_seconds": {"type": "integer", "minimum": 1, "maximum": 3600},
-        "items": {"type": "array", "minItems": 1, "maxItems": 256,
-                  "items": {"type": "object", "required": ["job_id", "attempt_id"],
-                            "properties": _ITEM_IDS}}}, ["worker_id", "extend_seconds", "items"]))},
-    "/api/v1/admin/projects": {"get": _op("List projects", ok={"type": "object", "properties": {
-        "projects": {"type": "array", "items": _ref("ProjectSummary")}}})},
-    ADMIN_P: {
-        "get": _op("Project summary", params=P, ok=_ref("ProjectSummary")),
-        "put": _op("Create or replace a project", params=P, ok=_ref("ProjectSummary"),
-                   body={"required": True, **_json(_ref("ProjectPolicyInput"))}),
-        "patch": _op("Change some policy fields", params=P, ok=_ref("ProjectSummary"),
-                     body={"required": True, **_json(_ref("ProjectPolicyInput"))}),
-        "delete": _op("Delete a project without jobs in flight", params=P, ok_code="204"),
-    },
-    f"{ADMIN_P}/jobs": {
-        "post": _op("Enqueue a batch (atomic)", params=P, body=_body(
-            {"jobs": {"type": "array", "minItems": 1, "maxItems": 10000, "items": _ref("JobSpec")}},
-            ["jobs"]), ok={"type": "object", "properties": {
-                "project_id": IDENT, "submitted": {"type": "integer"}, "inserted": {"type": "integer"}}}),
-        "get": _op("List jobs (cursor paging)", params=P + [
-            _query("status", {"enum": ["todo", "wip", "staged", "done", "failed", "reset_exhausted"]}),
-            _query("after_job_id", IDENT), _query("limit", {"type": "integer", "minimum": 1,
-                                                           "maximum": 200})],
-            ok={"type": "object", "properties": {"jobs": {"type": "array", "items": _ref("Job")},
-                                                 "next_after_job_id": {"type": ["string", "null"]}}}),
-    },
-    f"{ADMIN_P}/source": {"post": _op("Import a jobs-jsonl-zstd-v1 source by streaming", params=P,
-                                      body={"required": True, "content": {"application/zstd": {
-                                          "schema": {"type": "string", "format": "binary"}}}},
-                                      ok={"type": "object", "properties": {
-                                          "jobs": {"type": "integer"}, "inserted": {"type": "integer"},
-                                          "uncompressed_bytes": {"type": "integer"}}})},
-    f"{ADMIN_P}/jobs/{{job_id}}": {
-        "get": _op("Job detail with attempts", params=PJ, ok=_ref("Job")),
-        "delete": _op("Delete a job that is not in flight", params=PJ, ok_code="204"),
-    },
-    f"{ADMIN_P}/jobs/{{job_id}}/requeue": {"post": _op("Requeue a failed or exhausted job",
-                                                       params=PJ, ok=_ref("Job"))},
-    "/api/v1/admin/users": {"get": _op("List users", ok={"type": "object", "properties": {
-        "users": {"type": "array", "items": _ref("User")}}})},
-    "/api/v1/admin/users/{user_id}": {
-        "put": _op("Create or change a user", params=U, ok=_ref("User"), body=_body({
-            "roles": {"type": "array", "items": {"enum": ["admin", "worker", "reader"]}},
-            "status": {"enum": ["active", "pending", "suspended"]}}, ["roles"])),
-        "delete": _op("Delete a user", params=U, ok_code="204"),
-    },
-    "/api/v1/admin/users/{user_id}/machine-token": {
-        "post": _op("Rotate: a new token, shown once", params=U, ok={"type": "object", "properties": {
-            "user_id": IDENT, "token": {"type": "string"}}}),
-        "get": _op("Token metadata (never the token)", params=U, ok={"type": "object"}),
-        "delete": _op("Revoke the token", params=U, ok_code="204"),
-    },
-    "/api/v1/openapi.json": {"get": {"summary": "This document", "responses": {"200": {
-        "description": "OpenAPI 3.1"}}}},
-    # Fleet (DESIGN §7)
-    "/api/v1/fleet/register": {"post": {**_op("Register a node identity with an enrollment credential",
-                                              ok_code="201", ok=_ref("Node"), body=_body({
-        "id": {"type": "string", "pattern": "^[A-Za-z0-9_-]{16,128}$"},
-        "name": {"type": "string", "maxLength": 128},
-        "enrollment_token": {"type": "string"},
-        "secret": {"type": "string", "pattern": "^fhqn_[A-Za-z0-9_-]{43}$"}},
-        ["id", "name", "enrollment_token", "secret"])), "security": []}},
-    "/api/v1/fleet/status": {"get": _op("The calling node's record (allowed while pending)",
-                                        ok=_ref("Node"))},
-    "/api/v1/fleet/heartbeat": {"post": _op("Heartbeat; renews the leases of running attempts",
-                                            body=_body({
-        "capacity": {"type": "integer", "minimum": 0}, "browser_ok": {"type": "boolean"},
-        "disk_free_bytes": {"type": "integer"}, "spool_bytes": {"type": "integer"},
-        "last_error": {"type": ["string", "null"]},
-        "running_attempt_ids": {"type": "array", "maxItems": 128, "items": IDENT},
-        "worker_id": {**IDENT, "description": "token workers only"}},
-        ["capacity", "browser_ok", "disk_free_bytes", "spool_bytes", "running_attempt_ids"]),
-        ok={"type": "object", "properties": {"status": {"type": "string"}, "lease_expires": {
-            "type": "object", "additionalProperties": TS}}})},
-    "/api/v1/fleet/uploads/{attempt_id}": {"put": {
-        **_op("Upload the PDF of a pdf attempt (raw body, at most 100 MiB)", ok=_ref("Receipt"),
-              params=_path("attempt_id") + [
-                  {"name": h, "in": "header", "required": h in ("X-PDF-SHA256", "X-PDF-Size"),
-                   "schema": {"type": "string"}} for h in (
-                      "X-PDF-SHA256", "X-PDF-Size", "X-Source-URL", "X-Download-Strategy",
-                      "X-Download-Result")],
-              body={"required": True, "content": {"application/pdf": {
-                  "schema": {"type": "string", "format": "binary"}}}}),
-        "responses": {"200": {"description": "already archived", **_json(_ref("Receipt"))},
-                      "202": {"description": "staged", **_json(_ref("Receipt"))}, **ERRORS,
-                      "422": {"description": "invalid_upload", **_json(_ref("Error"))},
-                      "503": {"description": "storage_unavailable", **_json(_ref("Error"))},
-                      "507": {"description": "spool_full (Retry-After)", **_json(_ref("Error"))}}}},
-    "/api/v1/fleet/receipts/{attempt_id}": {"get": _op(
-        "Read a receipt; wait_ms long-polls for a change", ok=_ref("Receipt"),
-        params=_path("attempt_id") + [_query("wait_ms", {"type": "integer", "minimum": 0,
-                                                         "maximum": 30000})])},
-    "/api/v1/fleet/enroll": {"post": _op("Always 403: fleet actions need a human", ok_code="403")},
-    "/api/v1/admin/fleet/enrollments": {"post": _op("Always 403: fleet actions need a human",
-                                                    ok_code="403")},
-    "/api/v1/admin/fleet/workers/{worker_id}/{action}": {"post": _op(
-        "Always 403: fleet actions need a human", ok_code="403", params=_path("worker_id", "action"))},
-    "/api/v1/admin/fleet/workers": {"get": _op("Nodes and token workers (at most 500)", ok={
-        "type": "object", "properties": {"workers": {"type": "array", "items": {"type": "object"}}}})},
-    "/api/v1/remote-jobs": {"get": _op("Job progress for readers", params=[
-        _query("project", IDENT), _query("limit", {"type": "integer", "minimum": 1, "maximum": 500})],
-        ok={"type": "object", "properties": {"jobs": {"type": "array", "items": {"type": "object"}}}})},
-    # Hooks
-    f"{ADMIN_P}/hooks": {
-        "get": _op("List webhook consumers", params=P, ok={"type": "object"}),
-        "post": _op("Add a webhook consumer (secret shown once)", params=P, ok_code="201",
-                    ok={"type": "object"}, body=_body({
-                        "name": {"type": "string"}, "url": {"type": "string", "format": "uri"},
-                        "secret": {"type": "string", "minLength": 16}, "enabled": {"type": "boolean"}},
-                        ["name", "url"])),
-    },
-    f"{ADMIN_P}/hooks/{{consumer_id}}": {
-        "patch": _op("Change a consumer", params=_path("project_id", "consumer_id"), ok={"type": "object"},
-                     body=_body({"name": {"type": "string"}, "url": {"type": "string"},
-                                 "enabled": {"type": "boolean"}}, [])),
-        "delete": _op("Remove a consumer", params=_path("project_id", "consumer_id"), ok_code="204"),
-    },
-    "/api/v1/admin/hooks/deliveries": {"get": _op("Hook deliveries", params=[
-        _query("project", IDENT), _query("state", {"enum": ["pending", "awaiting_callback", "delivered",
-                                                            "failed"]})], ok={"type": "object"})},
-    "/api/v1/admin/hooks/deliveries/{delivery_id}/retry": {"post": _op(
-        "Retry a delivery now", params=_path("delivery_id"), ok={"type": "object"})},
-    "/api/v1/hooks/deliveries/{delivery_id}/complete": {"post": _op(
-        "Consumer callback after a 202 (bearer: the delivery's callback token)",
-        params=_path("delivery_id"), ok={"type": "object"})},
-    "/api/v1/assets/{object_key}": {"get": {"summary": "Signed, time-limited download of an archived "
-                                            "object (local store)", "parameters": [
-        {"name": "object_key", "in": "path", "required": True, "schema": {"type": "string"}},
-        _query("expires", {"type": "integer"}), _query("sig", {"type": "string"})],
-        "responses": {"200": {"description": "the PDF"}, **ERRORS}}},
-}
-
-
-def document() -> dict:
+def document(app) -> dict:
+    """Build the document from ``app``'s url_map and the views' declarations."""
+    refs: dict = {}
+    ERROR.json_schema(refs)
+    paths: dict = {}
+    seen: set = set()
+    for rule in sorted(app.url_map.iter_rules(), key=lambda r: r.rule):
+        view = app.view_functions[rule.endpoint]
+        methods = sorted(rule.methods - IGNORED_METHODS)
+        declared = {m: declaration_for(view, m) for m in methods}
+        if not rule.rule.startswith("/api/") and not any(declared.values()):
+            continue
+        path = openapi_path(rule.rule)
+        for method in methods:
+            decl = declared[method]
+            op = (_declared_operation(decl, view, rule, method, refs, seen) if decl
+                  else _fallback_operation(path, method, view, rule, refs, seen))
+            paths.setdefault(path, {})[method.lower()] = op
+    # Hand-written schemas the fallback entries still refer to, and theirs.
+    wanted: set = set()
+    _referenced(paths, wanted)
+    while True:
+        missing = {name for name in wanted - set(refs) if name in fallback.SCHEMAS}
+        if not missing:
+            break
+        for name in missing:
+            refs[name] = copy.deepcopy(fallback.SCHEMAS[name])
+        _referenced({n: refs[n] for n in missing}, wanted)
     return {
         "openapi": "3.1.0",
-        "info": {"title": "FleetHQ machine API", "version": "1"},
-        "components": {"schemas": SCHEMAS, "securitySchemes": {
-            "bearer": {"type": "http", "scheme": "bearer"}}},
-        "paths": PATHS,
+        "info": {"title": TITLE, "version": "1",
+                 "description": "Derived at run time from the server's routes and the "
+                                "declarations its request validation uses."},
+        "components": {"schemas": dict(sorted(refs.items())), "securitySchemes": {
+            "bearer": {"type": "http", "scheme": "bearer",
+                       "description": "a user machine token (fhq_…) or an enrolled node's "
+                                      "secret (fhqn_…)"}}},
+        "paths": paths,
     }
 
 
 @bp.get("/openapi.json")
+@v.declare(auth=None, summary="This document (OpenAPI 3.1)",
+           responses={200: v.obj({"openapi": v.const("3.1.0")}, extra=True)})
 def openapi():
-    return jsonify(document())
+    cache = current_app.extensions
+    if "fleethq.openapi" not in cache:  # the url_map is fixed once the app serves
+        cache["fleethq.openapi"] = document(current_app)
+    return jsonify(cache["fleethq.openapi"])
