@@ -6,6 +6,7 @@ import re
 from tests.helpers import body
 
 IGNORED_METHODS = {"HEAD", "OPTIONS"}
+PROBES = ("/healthz", "/readyz")  # documented beside the API
 
 
 def _openapi_path(rule: str) -> str:
@@ -16,7 +17,7 @@ def _openapi_path(rule: str) -> str:
 def _api_routes(app) -> dict[str, set[str]]:
     routes: dict[str, set[str]] = {}
     for rule in app.url_map.iter_rules():
-        if rule.rule.startswith("/api/"):
+        if rule.rule.startswith("/api/") or rule.rule in PROBES:
             routes.setdefault(_openapi_path(rule.rule), set()).update(
                 m for m in rule.methods if m not in IGNORED_METHODS)
     return routes

@@ -60,7 +60,8 @@ def declare(*, body=None, responses=None, summary=None, description=None, query=
     """
     decl = Declaration(
         summary=summary, description=description, body=_as_rule(body),
-        responses={int(k): _as_rule(r) for k, r in (responses or {200: None}).items()},
+        responses={int(k): _as_rule(r) for k, r in
+                   (responses if responses is not None else {200: None}).items()},
         errors=tuple(errors), query=dict(query or {}), headers=dict(headers or {}),
         path=dict(path or {}), auth=auth,
         methods=frozenset(m.upper() for m in methods) if methods else None,

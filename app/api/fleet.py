@@ -23,8 +23,14 @@ from app.uploads import ingest, receipts, transitions
 from app.uploads.spool import Spool
 from workers import pdfcheck
 
-REGISTER = {"id": v.string(128, min_bytes=16), "name": v.string(128, min_bytes=1),
-            "enrollment_token": v.string(256, min_bytes=1), "secret": v.string(256, min_bytes=1)}
+NODE_STATUSES = ("pending", "active", "draining", "rejected", "revoked")
+
+REGISTER = {"id": v.string(128, min_bytes=16).with_schema(pattern=v.json_pattern(fleet.NODE_ID_RE)),
+            "name": v.string(128, min_bytes=1).describe("printable"),
+            "enrollment_token": v.string(256, min_bytes=1).describe(
+                "the one-use credential an admin made"),
+            "secret": v.string(256, min_bytes=1).with_schema(
+                pattern=v.json_pattern(fleet.NODE_SECRET_RE))}
 
 HEARTBEAT = {
     "capacity": v.int_range(0, 1024),
@@ -33,7 +39,49 @@ HEARTBEAT = {
     "spool_bytes": v.int_range(0, 2**63 - 1),
     "last_error": v.Optional(v.string(2048, nullable=True)),
     "running_attempt_ids": v.list_of(v.identifier, 0, 128),
-    "worker_id": v.Optional(v.identifier),
+    "worker_id": v.Optional(v.identifier.describe("token workers only; a node is its own id")),
+}
+
+# Response bodies.
+NODE = v.named("Node", {
+    "worker_id": v.identifier, "name": v.text, "status": v.one_of(*NODE_STATUSES),
+    "created_at": v.timestamp, "last_heartbeat_at": v.timestamp.or_null(),
+})
+HEARTBEAT_RESPONSE = {
+    "status": v.one_of(*NODE_STATUSES),
+    "lease_expires": v.map_of(v.timestamp).describe(
+        "attempt id → new lease end; stop every running attempt missing here"),
+}
+RECEIPT = v.named("Receipt", {
+    "job_id": v.text.describe("decimal"), "attempt_id": v.text.describe("decimal"),
+    "state": v.one_of("uploading", "staged", "done", "failed", "expired", "held"),
+    "sha256": v.text, "size": v.int_range(0, v.INT64_MAX), "asset_key": v.text.or_null(),
+    "error": v.any_object.or_null(),
+})
+FLEET_WORKER = v.named("FleetWorker", {
+    "kind": v.one_of("node", "token"), "worker_id": v.text, "user_id": v.text.or_null(),
+    "name": v.text, "status": v.one_of(*NODE_STATUSES),
+    "capacity": v.int_range(0, v.INT64_MAX, nullable=True), "running": v.int_range(0, v.INT64_MAX),
+    "browser_ok": v.boolean.or_null(),
+    "disk_free_bytes": v.int_range(0, v.INT64_MAX, nullable=True),
+    "spool_bytes": v.int_range(0, v.INT64_MAX, nullable=True), "last_error": v.text.or_null(),
+    "created_at": v.timestamp, "last_heartbeat_at": v.timestamp.or_null(),
+    "heartbeat_age_s": v.number(nullable=True), "stale": v.boolean,
+    "held_files": v.int_range(0, v.INT64_MAX), "held_bytes": v.int_range(0, v.INT64_MAX),
+})
+REMOTE_JOB = v.named("RemoteJob", {
+    "job_id": v.text.describe("decimal"), "project_id": v.identifier, "id": v.text.or_null(),
+    "value": v.text,
+    "state": v.one_of("queued", "running", "uploading", "staged", "done", "failed"),
+    "worker_id": v.text.or_null(), "error": v.any_value, "updated_at": v.timestamp,
+})
+_WAIT_MS = v.Optional(v.int_range(0, 30_000).describe("long-poll for a change, at most 30 s"))
+_UPLOAD_HEADERS = {
+    "X-PDF-SHA256": v.text.with_schema(pattern="^[0-9A-Fa-f]{64}$"),
+    "X-PDF-Size": v.text.with_schema(pattern="^[0-9]{1,15}$").describe("= Content-Length"),
+    "X-Source-URL": v.Optional(v.text),
+    "X-Download-Strategy": v.Optional(v.text),
+    "X-Download-Result": v.Optional(v.text.describe("base64url JSON object, at most 16 KiB")),
 }
 
 
@@ -58,6 +106,9 @@ def _attempt_id(raw: str) -> int:
 
 
 @bp.post("/fleet/register")
+@v.declare(body=REGISTER, responses={201: NODE}, auth=None, errors=(403, 409, 429),
+           summary="Register a node identity with an enrollment credential",
+           description="The same identity retrying after a lost answer gets 201 again.")
 def register():
     limit_enrollment()  # credentials are secrets: no guessing at speed
     body = v.check(v.json_body(body_limit("worker")), REGISTER)
@@ -66,6 +117,8 @@ def register():
 
 
 @bp.get("/fleet/status")
+@v.declare(responses={200: NODE}, errors=(404,),
+           summary="The calling node's record (allowed while pending; 404 for token workers)")
 def status():
     who = principal()
     if who.node_id is None:
@@ -74,6 +127,8 @@ def status():
 
 
 @bp.post("/fleet/heartbeat")
+@v.declare(body=HEARTBEAT, responses={200: HEARTBEAT_RESPONSE},
+           summary="Heartbeat; renews the leases of the running attempts it lists")
 def heartbeat():
     who = principal()
     body = v.check(v.json_body(body_limit("worker")), HEARTBEAT)
@@ -88,6 +143,10 @@ def heartbeat():
 
 
 @bp.put("/fleet/uploads/<attempt_id>")
+@v.declare(body=v.Media("application/pdf"), headers=_UPLOAD_HEADERS,
+           responses={200: ("already archived", RECEIPT), 202: ("staged", RECEIPT)},
+           errors=(409, 422, 503, 507),
+           summary="Upload the PDF of a pdf attempt (raw body, at most 100 MiB)")
 def upload(attempt_id):
     cfg = current_app.config
     worker = _caller_worker()
@@ -103,6 +162,8 @@ def upload(attempt_id):
 
 
 @bp.get("/fleet/receipts/<attempt_id>")
+@v.declare(query={"wait_ms": _WAIT_MS}, responses={200: RECEIPT},
+           summary="Read a receipt; wait_ms long-polls for a change")
 def receipt(attempt_id):
     worker = _caller_worker()
     attempt = _attempt_id(attempt_id)
@@ -126,18 +187,24 @@ def receipt(attempt_id):
 @bp.post("/fleet/enroll")
 @bp.post("/admin/fleet/enrollments")
 @bp.post("/admin/fleet/workers/<worker_id>/<action>")
+@v.declare(responses={}, summary="Always 403: fleet actions need a human")
 def fleet_action(worker_id=None, action=None):
     principal()
     fleet.refuse_machine_fleet_action()
 
 
 @bp.get("/admin/fleet/workers")
+@v.declare(responses={200: {"workers": v.array(FLEET_WORKER)}},
+           summary="Nodes and token workers (at most 500)")
 def fleet_workers():
     require("admin")
     return jsonify(workers=listing.workers(current_app.config["WORKER_STALE_S"]))
 
 
 @bp.get("/remote-jobs")
+@v.declare(query={"project": v.Optional(v.text),
+                  "limit": v.Optional(v.int_range(1, 500), default=100)},
+           responses={200: {"jobs": v.array(REMOTE_JOB)}}, summary="Job progress for readers")
 def remote_jobs():
     require("reader", "admin")
     raw_limit = request.args.get("limit", "100")

@@ -18,6 +18,21 @@ CONSUMER = {"name": v.string(128, min_bytes=1), "url": v.string(2048, min_bytes=
 CONSUMER_PATCH = {"name": v.Optional(v.string(128, min_bytes=1)),
                   "url": v.Optional(v.string(2048, min_bytes=1)), "enabled": v.Optional(v.boolean)}
 
+# Response bodies.
+HOOK_CONSUMER = v.named("HookConsumer", {
+    "consumer_id": v.text.describe("decimal"), "project_id": v.identifier, "name": v.text,
+    "url": v.text, "enabled": v.boolean, "created_at": v.timestamp,
+    "secret": v.Optional(v.text.describe("only in the answer that created the consumer")),
+})
+HOOK_DELIVERY = v.named("HookDelivery", {
+    "delivery_id": v.text.describe("decimal"), "consumer_id": v.text.describe("decimal"),
+    "url": v.text, "project_id": v.identifier, "attempt_id": v.text.describe("decimal"),
+    "asset_key": v.text, "state": v.one_of(*deliveries.STATES),
+    "tries": v.int_range(0, v.INT64_MAX),
+    "last_status": v.int_range(0, 999, nullable=True), "last_error": v.text.or_null(),
+    "created_at": v.timestamp, "updated_at": v.timestamp, "delivered_at": v.timestamp.or_null(),
+})
+
 
 def _id(raw: str) -> int:
     if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
@@ -26,6 +41,7 @@ def _id(raw: str) -> int:
 
 
 @bp.get("/admin/projects/<project_id>/hooks")
+@v.declare(responses={200: {"consumers": v.array(HOOK_CONSUMER)}}, summary="List webhook consumers")
 def list_consumers(project_id):
     require("admin")
     projects.get(project_id)
@@ -33,6 +49,8 @@ def list_consumers(project_id):
 
 
 @bp.post("/admin/projects/<project_id>/hooks")
+@v.declare(body=CONSUMER, responses={201: HOOK_CONSUMER},
+           summary="Add a webhook consumer (its secret is shown once)")
 def create_consumer(project_id):
     require("admin")
     projects.get(project_id)
@@ -42,6 +60,7 @@ def create_consumer(project_id):
 
 
 @bp.patch("/admin/projects/<project_id>/hooks/<consumer_id>")
+@v.declare(body=CONSUMER_PATCH, responses={200: HOOK_CONSUMER}, summary="Change a consumer")
 def update_consumer(project_id, consumer_id):
     require("admin")
     body = v.check(v.json_body(body_limit("worker")), CONSUMER_PATCH)
@@ -49,6 +68,7 @@ def update_consumer(project_id, consumer_id):
 
 
 @bp.delete("/admin/projects/<project_id>/hooks/<consumer_id>")
+@v.declare(responses={204: None}, summary="Remove a consumer")
 def delete_consumer(project_id, consumer_id):
     require("admin")
     consumers.delete(project_id, _id(consumer_id))
@@ -56,22 +76,28 @@ def delete_consumer(project_id, consumer_id):
 
 
 @bp.get("/admin/hooks/deliveries")
+@v.declare(query={"project": v.Optional(v.text), "state": v.Optional(v.one_of(*deliveries.STATES))},
+           responses={200: {"deliveries": v.array(HOOK_DELIVERY)}},
+           summary="Hook deliveries, newest first (at most 200)")
 def list_deliveries():
     require("admin")
     state = request.args.get("state") or None
-    if state is not None and state not in ("pending", "awaiting_callback", "delivered", "failed"):
+    if state is not None and state not in deliveries.STATES:
         raise InvalidRequest("unknown state", details={"field": "state"})
     return jsonify(deliveries=deliveries.list_deliveries(
         project_id=request.args.get("project") or None, state=state))
 
 
 @bp.post("/admin/hooks/deliveries/<delivery_id>/retry")
+@v.declare(responses={200: HOOK_DELIVERY}, summary="Retry a delivery now")
 def retry_delivery(delivery_id):
     require("admin")
     return jsonify(deliveries.retry_now(_id(delivery_id)))
 
 
 @bp.post("/hooks/deliveries/<delivery_id>/complete")
+@v.declare(responses={200: {"delivery_id": v.text, "state": v.const("delivered")}}, errors=(409,),
+           summary="Consumer callback after a 202 (bearer: the delivery's callback token)")
 def delivery_callback(delivery_id):
     token = bearer()
     if not token.startswith(deliveries.CALLBACK_PREFIX):
@@ -80,6 +106,9 @@ def delivery_callback(delivery_id):
 
 
 @bp.get("/assets/<path:object_key>")
+@v.declare(auth=None, query={"expires": v.text, "sig": v.text},
+           responses={200: v.Media("application/pdf")}, path={"object_key": v.text},
+           summary="Signed, time-limited download of an archived object (local store)")
 def download(object_key):
     cfg = current_app.config
     if not downloads.verify(cfg["SECRET_KEY"], object_key, request.args.get("expires", ""),

@@ -100,7 +100,12 @@ def _content(body, refs: dict) -> dict:
     return {"application/json": {"schema": v.schema_of(body, refs)}}
 
 
-def _error(status: int) -> dict:
+def _error(status: int, used: set | None = None) -> dict:
+    """A $ref to the shared error response of ``status`` (recorded in ``used``);
+    without ``used``, the response itself."""
+    if used is not None:
+        used.add(status)
+        return {"$ref": f"#/components/responses/Error{status}"}
     response = {"description": ERROR_STATUSES.get(status, HTTPStatus(status).phrase),
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
     if status in (429, 503, 507):
@@ -133,7 +138,7 @@ def _operation_id(view, method: str, rule, seen: set) -> str:
     return candidate
 
 
-def _declared_operation(decl: Declaration, view, rule, method, refs, seen) -> dict:
+def _declared_operation(decl: Declaration, view, rule, method, refs, seen, errors) -> dict:
     doc_line = (view.__doc__ or "").strip().splitlines()
     op = {"operationId": decl.operation_id or _operation_id(view, method, rule, seen),
           "summary": decl.summary or (doc_line[0] if doc_line else view.__name__)}
@@ -156,18 +161,18 @@ def _declared_operation(decl: Declaration, view, rule, method, refs, seen) -> di
             responses[str(status)]["content"] = _content(body, refs)
     has_path = "{" in openapi_path(rule.rule)
     for status in sorted(_error_statuses(decl, has_path)):
-        responses.setdefault(str(status), _error(status))
+        responses.setdefault(str(status), _error(status, errors))
     op["responses"] = responses
     return op
 
 
-def _fallback_operation(path: str, method: str, view, rule, refs, seen) -> dict:
+def _fallback_operation(path: str, method: str, view, rule, refs, seen, errors) -> dict:
     op = copy.deepcopy(fallback.PATHS.get(path, {}).get(method.lower()))
     if op is None:  # not written down either: the least that is still true
         doc_line = (view.__doc__ or "").strip().splitlines()
         op = {"summary": doc_line[0] if doc_line else view.__name__,
               "security": [{"bearer": []}],
-              "responses": {"200": {"description": "OK"}, "default": _error(500)}}
+              "responses": {"200": {"description": "OK"}, "default": _error(500, errors)}}
     others = [p for p in op.get("parameters", []) if p.get("in") != "path"]
     params = _path_parameters(rule, {}, refs) + others
     if params:
@@ -194,6 +199,7 @@ def document(app) -> dict:
     ERROR.json_schema(refs)
     paths: dict = {}
     seen: set = set()
+    errors: set = set()
     for rule in sorted(app.url_map.iter_rules(), key=lambda r: r.rule):
         view = app.view_functions[rule.endpoint]
         methods = sorted(rule.methods - IGNORED_METHODS)
@@ -203,8 +209,8 @@ def document(app) -> dict:
         path = openapi_path(rule.rule)
         for method in methods:
             decl = declared[method]
-            op = (_declared_operation(decl, view, rule, method, refs, seen) if decl
-                  else _fallback_operation(path, method, view, rule, refs, seen))
+            op = (_declared_operation(decl, view, rule, method, refs, seen, errors) if decl
+                  else _fallback_operation(path, method, view, rule, refs, seen, errors))
             paths.setdefault(path, {})[method.lower()] = op
     # Hand-written schemas the fallback entries still refer to, and theirs.
     wanted: set = set()
@@ -221,7 +227,9 @@ def document(app) -> dict:
         "info": {"title": TITLE, "version": "1",
                  "description": "Derived at run time from the server's routes and the "
                                 "declarations its request validation uses."},
-        "components": {"schemas": dict(sorted(refs.items())), "securitySchemes": {
+        "components": {"schemas": dict(sorted(refs.items())),
+                       "responses": {f"Error{n}": _error(n) for n in sorted(errors)},
+                       "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer",
                        "description": "a user machine token (fhq_…) or an enrolled node's "
                                       "secret (fhqn_…)"}}},

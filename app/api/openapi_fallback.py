@@ -75,16 +75,6 @@ SCHEMAS = {
         "job_counts": {"type": "object", "properties": {s: {"type": "integer"} for s in (
             "todo", "wip", "staged", "done", "failed", "reset_exhausted")}}}}]},
     "Job": {"type": "object", "description": "admin view of a job (attempt_history on detail)"},
-    "Node": {"type": "object", "properties": {
-        "worker_id": IDENT, "name": {"type": "string"},
-        "status": {"enum": ["pending", "active", "draining", "rejected", "revoked"]},
-        "created_at": TS, "last_heartbeat_at": {"type": ["integer", "null"]}}},
-    "Receipt": {"type": "object", "required": ["job_id", "attempt_id", "state", "sha256", "size",
-                                               "asset_key", "error"], "properties": {
-        "job_id": IDENT, "attempt_id": IDENT,
-        "state": {"enum": ["uploading", "staged", "done", "failed", "expired", "held"]},
-        "sha256": {"type": "string"}, "size": {"type": "integer"},
-        "asset_key": {"type": ["string", "null"]}, "error": {"type": ["object", "null"]}}},
     "User": {"type": "object", "properties": {
         "user_id": IDENT, "status": {"enum": ["active", "pending", "suspended"]},
         "roles": {"type": "array", "items": {"enum": ["admin", "worker", "reader"]}},
@@ -220,80 +210,4 @@ PATHS = {
         "get": _op("Token metadata (never the token)", params=U, ok={"type": "object"}),
         "delete": _op("Revoke the token", params=U, ok_code="204"),
     },
-    # Fleet (DESIGN §7)
-    "/api/v1/fleet/register": {"post": {**_op("Register a node identity with an enrollment credential",
-                                              ok_code="201", ok=_ref("Node"), body=_body({
-        "id": {"type": "string", "pattern": "^[A-Za-z0-9_-]{16,128}$"},
-        "name": {"type": "string", "maxLength": 128},
-        "enrollment_token": {"type": "string"},
-        "secret": {"type": "string", "pattern": "^fhqn_[A-Za-z0-9_-]{43}$"}},
-        ["id", "name", "enrollment_token", "secret"])), "security": []}},
-    "/api/v1/fleet/status": {"get": _op("The calling node's record (allowed while pending)",
-                                        ok=_ref("Node"))},
-    "/api/v1/fleet/heartbeat": {"post": _op("Heartbeat; renews the leases of running attempts",
-                                            body=_body({
-        "capacity": {"type": "integer", "minimum": 0}, "browser_ok": {"type": "boolean"},
-        "disk_free_bytes": {"type": "integer"}, "spool_bytes": {"type": "integer"},
-        "last_error": {"type": ["string", "null"]},
-        "running_attempt_ids": {"type": "array", "maxItems": 128, "items": IDENT},
-        "worker_id": {**IDENT, "description": "token workers only"}},
-        ["capacity", "browser_ok", "disk_free_bytes", "spool_bytes", "running_attempt_ids"]),
-        ok={"type": "object", "properties": {"status": {"type": "string"}, "lease_expires": {
-            "type": "object", "additionalProperties": TS}}})},
-    "/api/v1/fleet/uploads/{attempt_id}": {"put": {
-        **_op("Upload the PDF of a pdf attempt (raw body, at most 100 MiB)", ok=_ref("Receipt"),
-              params=_path("attempt_id") + [
-                  {"name": h, "in": "header", "required": h in ("X-PDF-SHA256", "X-PDF-Size"),
-                   "schema": {"type": "string"}} for h in (
-                      "X-PDF-SHA256", "X-PDF-Size", "X-Source-URL", "X-Download-Strategy",
-                      "X-Download-Result")],
-              body={"required": True, "content": {"application/pdf": {
-                  "schema": {"type": "string", "format": "binary"}}}}),
-        "responses": {"200": {"description": "already archived", **_json(_ref("Receipt"))},
-                      "202": {"description": "staged", **_json(_ref("Receipt"))}, **ERRORS,
-                      "422": {"description": "invalid_upload", **_json(_ref("Error"))},
-                      "503": {"description": "storage_unavailable", **_json(_ref("Error"))},
-                      "507": {"description": "spool_full (Retry-After)", **_json(_ref("Error"))}}}},
-    "/api/v1/fleet/receipts/{attempt_id}": {"get": _op(
-        "Read a receipt; wait_ms long-polls for a change", ok=_ref("Receipt"),
-        params=_path("attempt_id") + [_query("wait_ms", {"type": "integer", "minimum": 0,
-                                                         "maximum": 30000})])},
-    "/api/v1/fleet/enroll": {"post": _op("Always 403: fleet actions need a human", ok_code="403")},
-    "/api/v1/admin/fleet/enrollments": {"post": _op("Always 403: fleet actions need a human",
-                                                    ok_code="403")},
-    "/api/v1/admin/fleet/workers/{worker_id}/{action}": {"post": _op(
-        "Always 403: fleet actions need a human", ok_code="403", params=_path("worker_id", "action"))},
-    "/api/v1/admin/fleet/workers": {"get": _op("Nodes and token workers (at most 500)", ok={
-        "type": "object", "properties": {"workers": {"type": "array", "items": {"type": "object"}}}})},
-    "/api/v1/remote-jobs": {"get": _op("Job progress for readers", params=[
-        _query("project", IDENT), _query("limit", {"type": "integer", "minimum": 1, "maximum": 500})],
-        ok={"type": "object", "properties": {"jobs": {"type": "array", "items": {"type": "object"}}}})},
-    # Hooks
-    f"{ADMIN_P}/hooks": {
-        "get": _op("List webhook consumers", params=P, ok={"type": "object"}),
-        "post": _op("Add a webhook consumer (secret shown once)", params=P, ok_code="201",
-                    ok={"type": "object"}, body=_body({
-                        "name": {"type": "string"}, "url": {"type": "string", "format": "uri"},
-                        "secret": {"type": "string", "minLength": 16}, "enabled": {"type": "boolean"}},
-                        ["name", "url"])),
-    },
-    f"{ADMIN_P}/hooks/{{consumer_id}}": {
-        "patch": _op("Change a consumer", params=_path("project_id", "consumer_id"), ok={"type": "object"},
-                     body=_body({"name": {"type": "string"}, "url": {"type": "string"},
-                                 "enabled": {"type": "boolean"}}, [])),
-        "delete": _op("Remove a consumer", params=_path("project_id", "consumer_id"), ok_code="204"),
-    },
-    "/api/v1/admin/hooks/deliveries": {"get": _op("Hook deliveries", params=[
-        _query("project", IDENT), _query("state", {"enum": ["pending", "awaiting_callback", "delivered",
-                                                            "failed"]})], ok={"type": "object"})},
-    "/api/v1/admin/hooks/deliveries/{delivery_id}/retry": {"post": _op(
-        "Retry a delivery now", params=_path("delivery_id"), ok={"type": "object"})},
-    "/api/v1/hooks/deliveries/{delivery_id}/complete": {"post": _op(
-        "Consumer callback after a 202 (bearer: the delivery's callback token)",
-        params=_path("delivery_id"), ok={"type": "object"})},
-    "/api/v1/assets/{object_key}": {"get": {"summary": "Signed, time-limited download of an archived "
-                                            "object (local store)", "parameters": [
-        {"name": "object_key", "in": "path", "required": True, "schema": {"type": "string"}},
-        _query("expires", {"type": "integer"}), _query("sig", {"type": "string"})],
-        "responses": {"200": {"description": "the PDF"}, **ERRORS}}},
 }

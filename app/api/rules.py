@@ -23,8 +23,15 @@ from workers.protocol import IDENTIFIER_RE, compact_json, is_identifier, is_int
 
 INT32 = (-(2**31), 2**31 - 1)
 INT64_MAX = 2**63 - 1
-# JSON Schema spelling of IDENTIFIER_RE (ECMA-262: "$" is the very end).
-IDENTIFIER_PATTERN = "^" + IDENTIFIER_RE.pattern.removeprefix(r"\A").removesuffix(r"\Z") + "$"
+
+
+def json_pattern(regex) -> str:
+    """A Python ``\\A…\\Z`` regex spelled for JSON Schema (ECMA-262, where "$"
+    is the very end)."""
+    return "^" + regex.pattern.removeprefix(r"\A").removesuffix(r"\Z") + "$"
+
+
+IDENTIFIER_PATTERN = json_pattern(IDENTIFIER_RE)
 # No NUL character anywhere (PostgreSQL text cannot hold one).
 NO_NUL_PATTERN = "^[^\x00]*$"
 
@@ -58,6 +65,7 @@ class Rule:
 
     nullable = False
     description: str | None = None
+    extra_schema: dict | None = None
 
     def __call__(self, value, path):
         if value is None and self.nullable:
@@ -76,6 +84,8 @@ class Rule:
             schema = _or_null(schema)
         if self.description and "description" not in schema:
             schema = {**schema, "description": self.description}
+        if self.extra_schema:
+            schema = {**schema, **self.extra_schema}
         return schema
 
     @property
@@ -91,6 +101,13 @@ class Rule:
     def describe(self, text: str) -> "Rule":
         twin = copy.copy(self)
         twin.description = text
+        return twin
+
+    def with_schema(self, **keywords) -> "Rule":
+        """Publish what a later layer (a domain service) also requires, e.g. a
+        ``pattern``; the check itself stays as it is."""
+        twin = copy.copy(self)
+        twin.extra_schema = {**(self.extra_schema or {}), **keywords}
         return twin
 
 

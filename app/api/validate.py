@@ -11,16 +11,17 @@ from __future__ import annotations
 from flask import request
 
 from app.api.declarations import Media, declare
-from app.api.rules import (INT64_MAX, Optional, any_object, any_of, any_value, array, boolean,
-                           check, const, fail, identifier, int_range, json_object, list_of,
-                           map_of, named, number, obj, one_of, schema_of, string, text, timestamp)
+from app.api.rules import (INT64_MAX, Optional, any_object, any_of, any_value, array,
+                           boolean, check, const, fail, identifier, int_range, json_object,
+                           json_pattern, list_of, map_of, named, number, obj, one_of, schema_of,
+                           string, text, timestamp)
 from app.errors import InvalidRequest, TooLarge, UnsupportedMediaType
 from workers.protocol import strict_json_loads
 
 __all__ = ["INT64_MAX", "InvalidRequest", "Media", "Optional", "any_object", "any_of",
            "any_value", "array", "boolean", "check", "const", "declare", "identifier",
-           "int_range", "json_body", "json_object", "list_of", "map_of", "named", "number",
-           "obj", "one_of", "read_body", "schema_of", "string", "text", "timestamp"]
+           "int_range", "json_body", "json_object", "json_pattern", "list_of", "map_of", "named",
+           "number", "obj", "one_of", "read_body", "schema_of", "string", "text", "timestamp"]
 
 _fail = fail  # the name older call sites use
 

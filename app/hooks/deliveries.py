@@ -26,6 +26,7 @@ from app.hooks import outbox
 log = logging.getLogger(__name__)
 MAX_TRIES = 20
 CALLBACK_PREFIX = "fhqc_"
+STATES = ("pending", "awaiting_callback", "delivered", "failed")
 SIGNATURE_HEADER = "X-FleetHQ-Signature"
 
 
