@@ -48,10 +48,51 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def strict_json_loads(data):
-    """``json.loads`` that refuses NaN, Infinity and numbers beyond float range:
-    none of them is JSON, and jsonb cannot store them (ValueError)."""
-    return json.loads(data, parse_constant=_reject_constant, parse_float=_finite_float)
+# Arrays and objects nested in one another, at most. A valid body needs a
+# handful (an enqueue batch is 3 deep plus its attr objects); without a bound,
+# ~1000 levels exhaust the interpreter's recursion limit inside the decoder.
+MAX_JSON_DEPTH = 64
+
+
+class JsonTooDeep(ValueError):
+    """A document nesting arrays and objects deeper than ``limit`` levels."""
+
+    def __init__(self, limit: int):
+        super().__init__(f"JSON nests arrays and objects deeper than {limit} levels")
+        self.limit = limit
+
+
+def _deeper_than(value, limit: int) -> bool:
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:  # iterative: the decoded document may be hundreds deep
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+    return False
+
+
+def _openers(data) -> int:
+    if isinstance(data, str):
+        return data.count("[") + data.count("{")
+    return data.count(b"[") + data.count(b"{")
+
+
+def strict_json_loads(data, *, max_depth: int = MAX_JSON_DEPTH):
+    """``json.loads`` that refuses NaN, Infinity and numbers beyond float range
+    (none of them is JSON, and jsonb cannot store them) and documents nested
+    deeper than ``max_depth`` arrays/objects (:class:`JsonTooDeep`). Every
+    refusal is a ValueError; none is a RecursionError."""
+    try:
+        value = json.loads(data, parse_constant=_reject_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise JsonTooDeep(max_depth) from None
+    # Fewer brackets than the limit cannot nest past it: skip the walk.
+    if _openers(data) > max_depth and _deeper_than(value, max_depth):
+        raise JsonTooDeep(max_depth)
+    return value
 
 
 def is_identifier(value) -> bool:

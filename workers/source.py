@@ -13,7 +13,7 @@ from typing import BinaryIO, Iterator
 
 import zstandard
 
-from workers.protocol import SpecError, normalize_jobspec
+from workers.protocol import JsonTooDeep, SpecError, normalize_jobspec, strict_json_loads
 
 MAX_COMPRESSED = 256 * 1024 * 1024
 MAX_EXPANDED = 4 * 1024**3
@@ -216,7 +216,9 @@ class SourceReader:
                 raise SourceError(f"source holds more than {self._limits.max_jobs} jobs",
                                   kind="too_large", line=line_no)
             try:
-                obj = json.loads(raw)
+                obj = strict_json_loads(raw)
+            except JsonTooDeep as exc:
+                raise SourceError(f"line refused: {exc}", line=line_no) from None
             except (UnicodeDecodeError, ValueError) as exc:
                 raise SourceError(f"line is not JSON: {exc}", line=line_no) from None
             try:

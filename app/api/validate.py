@@ -16,7 +16,7 @@ from app.api.rules import (INT64_MAX, Optional, any_object, any_of, any_value, a
                            json_pattern, list_of, map_of, named, number, obj, one_of, schema_of,
                            string, text, timestamp)
 from app.errors import InvalidRequest, TooLarge, UnsupportedMediaType
-from workers.protocol import strict_json_loads
+from workers.protocol import JsonTooDeep, strict_json_loads
 
 __all__ = ["INT64_MAX", "InvalidRequest", "Media", "Optional", "any_object", "any_of",
            "any_value", "array", "boolean", "check", "const", "declare", "identifier",
@@ -43,6 +43,8 @@ def json_body(limit: int) -> dict:
     data = read_body(limit)
     try:
         body = strict_json_loads(data)
+    except JsonTooDeep as exc:
+        raise InvalidRequest(f"body refused: {exc}", details={"max_depth": exc.limit}) from None
     except (UnicodeDecodeError, ValueError) as exc:
         # json.loads also refuses trailing data after the document.
         raise InvalidRequest(f"body is not valid JSON: {exc}") from None

@@ -14,7 +14,8 @@ from flask import current_app, request
 from app.errors import InvalidJob, InvalidRequest, TooLarge
 from app.pages.admin import attempt, bp
 from app.projects import enqueue, service, source_import
-from workers.protocol import SpecError, default_job_id, normalize_jobspec, strict_json_loads
+from workers.protocol import (JsonTooDeep, SpecError, default_job_id, normalize_jobspec,
+                              strict_json_loads)
 from workers.source import Limits
 
 MAX_JOBS = 10_000
@@ -60,6 +61,8 @@ def specs_from_jsonl(text: str, mode: str) -> list[dict]:
     for n, line in _lines(text):
         try:
             raw = strict_json_loads(line)
+        except JsonTooDeep as exc:
+            raise InvalidJob(f"line {n}: refused: {exc}") from None
         except ValueError as exc:
             raise InvalidJob(f"line {n}: not valid JSON ({exc})") from None
         specs.append(_normalize(raw, mode, n))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 import logging
 import os
 import re
@@ -24,6 +23,7 @@ from app.extensions import db
 from app.uploads import spool as spool_mod
 from app.uploads import transitions
 from workers import pdfcheck
+from workers.protocol import strict_json_loads
 
 log = logging.getLogger(__name__)
 _SHA256 = re.compile(r"\A[0-9a-f]{64}\Z")
@@ -73,7 +73,7 @@ def parse_headers(headers, content_length: int | None, *, max_bytes: int) -> Upl
             decoded = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
             if len(decoded) > MAX_RESULT_BYTES:
                 raise ValueError("too long")
-            result = json.loads(decoded)
+            result = strict_json_loads(decoded)
             if not isinstance(result, dict):
                 raise ValueError("not an object")
         except (binascii.Error, ValueError, UnicodeDecodeError):
