@@ -69,5 +69,6 @@ def test_path_parameters_are_declared(client):
 
 def test_error_envelope_schema_is_published(client):
     doc = body(client.get("/api/v1/openapi.json"))
-    error = doc["components"]["schemas"]["Error"]["properties"]["error"]
+    ref = doc["components"]["schemas"]["Error"]["properties"]["error"]["$ref"]
+    error = doc["components"]["schemas"][ref.rsplit("/", 1)[1]]
     assert set(error["required"]) == {"code", "message", "retryable", "retry_after_ms", "details"}

@@ -10,9 +10,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from app.api import rules as r
 from app.api.rules import Rule, obj
 
 ATTRIBUTE = "api_declarations"
+
+# The one error shape (app/errors.py FleetError.envelope); also the shape of a
+# rejected item's error in batch results.
+API_ERROR = r.named("APIError", {
+    "code": r.text.describe(
+        "invalid_request, invalid_job, invalid_machine_token, permission_denied, not_found, "
+        "identity_conflict, project_not_active, invalid_transition, stale_attempt, too_large, "
+        "unsupported_media_type, invalid_upload, client_upgrade_required, "
+        "project_dispatch_rate_limited, rate_limited, spool_full, storage_unavailable, "
+        "internal_error"),
+    "message": r.text.describe("for people; never parse it"),
+    "retryable": r.boolean,
+    "retry_after_ms": r.int_range(0, r.INT64_MAX).describe(
+        "milliseconds to wait before retrying; 0 when not retrying"),
+    "details": r.any_object.describe("the field, index or line at fault, limits…"),
+})
+ERROR_ENVELOPE = r.named("Error", {"error": API_ERROR})
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,7 @@ FAILURE_CODE = v.string(64, min_bytes=1)
 
 
 def _nullable(rule):
-    def check(value, path):
-        return None if value is None else rule(value, path)
-    return check
+    return v.nullable(rule)
 
 
 CLAIM = {
@@ -57,7 +55,9 @@ ARTIFACT_RECEIPT = v.obj({
     "id": v.identifier,
     "issuer": v.string(512, min_bytes=1),
     "object_id": v.string(1024, min_bytes=1),
-    "checksum": _checksum,
+    "checksum": v.custom(_checksum, v.text.with_schema(
+        pattern=v.json_pattern(_CHECKSUM_RE), maxLength=161,
+        description="algorithm:lowercase-hex, e.g. sha256:<64 hex digits>")),
     "size_bytes": v.int_range(1, 2**63 - 1),
     "accepted_at": v.int_range(1, 2**63 - 1),
 })
@@ -89,7 +89,7 @@ FAIL = {
         **_ITEM_IDS,
         "retryable": v.boolean,
         "error": v.obj({
-            "code": _error_code,
+            "code": v.custom(_error_code, v.identifier.with_schema(maxLength=64)),
             "message": v.string(2048),
             "details": v.Optional(v.json_object(8 * 1024, nullable=True)),
         }),
@@ -101,6 +101,40 @@ EXTEND = {
     "extend_seconds": v.int_range(1, 3600),
     "items": v.list_of(v.obj(_ITEM_IDS), 1, 256),
 }
+
+
+# Response bodies (SavewebHQ's contract; FleetHQ adds the staged job state).
+CLAIMED_JOB = v.named("ClaimedJob", {
+    "id": v.Optional(v.identifier), "value": v.text, "type": v.one_of(*JOB_TYPES),
+    "via": v.Optional(v.text), "hops": v.Optional(v.int_range(0, v.INT64_MAX)),
+    "attr": v.Optional(v.any_object), "job_id": JOB_ID, "attempt_id": v.identifier,
+    "lease_expires_at": v.timestamp,
+})
+CLAIM_RESPONSE = v.named("ProjectClaimResponse", {
+    "project_id": v.identifier, "jobs": v.array(CLAIMED_JOB),
+    "retry_after_ms": v.int_range(0, v.INT64_MAX), "policy_version": v.int_range(1, v.INT64_MAX),
+})
+ITEM_RESULT = v.named("ItemResult", {
+    "job_id": JOB_ID, "attempt_id": v.identifier, "status": v.one_of("applied", "rejected"),
+    "job_status": v.one_of("todo", "wip", "staged", "done", "failed", "reset_exhausted").or_null(),
+    "lease_expires_at": v.timestamp.or_null(), "error": v.API_ERROR.or_null(),
+})
+BATCH_RESULT = v.named("BatchResultResponse", {"results": v.array(ITEM_RESULT)})
+POLICY = v.named("ProjectPolicy", {
+    "project_id": v.identifier, "dispatch_qps": v.number(0, exclusive_lo=True, nullable=True),
+    "worker_claim_qps": v.number(0, exclusive_lo=True, nullable=True),
+    "max_jobs_per_claim": v.int_range(1, 256), "recommended_lease_seconds": v.int_range(1, 3600),
+    "policy_version": v.int_range(1, v.INT64_MAX), "refresh_after_ms": v.int_range(1, v.INT64_MAX),
+})
+WHOAMI = {"user_id": v.identifier.or_null(),
+          "worker_id": v.Optional(v.identifier.describe("enrolled nodes: the node id"))}
+CLIENT_VERSION = {
+    "X-Client-Version": v.Optional(v.text.with_schema(minLength=1, maxLength=128).describe(
+        "required, or its alias: checked against the project's client_versions")),
+    "X-SavewebHQ-Client-Version": v.Optional(v.text.with_schema(minLength=1, maxLength=128)
+                                             .describe("alias of X-Client-Version")),
+}
+_WORKER_ERRORS = (409, 426, 429)
 
 
 def _stored_outcome(outcome: dict) -> dict:
@@ -143,6 +177,8 @@ def _worker_call(project_id: str, schema: dict):
 
 
 @bp.get("/whoami")
+@v.declare(responses={200: WHOAMI}, operation_id="whoAmI",
+           summary="Who the bearer token belongs to")
 def whoami():
     who = principal()
     if who.node_id is not None:
@@ -151,6 +187,8 @@ def whoami():
 
 
 @bp.get("/projects/<project_id>")
+@v.declare(headers=CLIENT_VERSION, responses={200: POLICY}, errors=(409, 426),
+           operation_id="getProjectPolicy", summary="Project policy for workers")
 def project_policy(project_id):
     project = worker_call(project_id, None).project
     check_client_version(project)
@@ -159,6 +197,9 @@ def project_policy(project_id):
 
 
 @bp.post("/projects/<project_id>/jobs/claim")
+@v.declare(body=CLAIM, headers=CLIENT_VERSION, responses={200: CLAIM_RESPONSE},
+           errors=_WORKER_ERRORS, operation_id="claimProjectJobs",
+           summary="Claim jobs (optionally long-polling with wait_ms)")
 def claim(project_id):
     call, body = _worker_call(project_id, CLAIM)
     worker, project = call.worker, call.project
@@ -194,6 +235,9 @@ def claim(project_id):
 
 
 @bp.post("/projects/<project_id>/jobs/complete")
+@v.declare(body=COMPLETE, headers=CLIENT_VERSION, responses={200: BATCH_RESULT},
+           errors=_WORKER_ERRORS, operation_id="completeProjectJobs",
+           summary="Complete attempts (generic projects)")
 def complete(project_id):
     call, body = _worker_call(project_id, COMPLETE)
     worker, project = call.worker, call.project
@@ -205,6 +249,8 @@ def complete(project_id):
 
 
 @bp.post("/projects/<project_id>/jobs/fail")
+@v.declare(body=FAIL, headers=CLIENT_VERSION, responses={200: BATCH_RESULT},
+           errors=_WORKER_ERRORS, operation_id="failProjectJobs", summary="Report failed attempts")
 def fail(project_id):
     call, body = _worker_call(project_id, FAIL)
     worker, project = call.worker, call.project
@@ -215,6 +261,8 @@ def fail(project_id):
 
 
 @bp.post("/projects/<project_id>/jobs/extend-lease")
+@v.declare(body=EXTEND, headers=CLIENT_VERSION, responses={200: BATCH_RESULT},
+           errors=_WORKER_ERRORS, operation_id="extendProjectJobLeases", summary="Renew leases")
 def extend_lease(project_id):
     call, body = _worker_call(project_id, EXTEND)
     worker, project = call.worker, call.project

@@ -33,19 +33,6 @@ PATH_PARAMETERS = {
     "attempt_id": v.identifier, "job_id": _ROW_ID, "consumer_id": _ROW_ID, "delivery_id": _ROW_ID,
 }
 
-ERROR = v.named("Error", {"error": v.obj({
-    "code": v.text.describe(
-        "invalid_request, invalid_job, invalid_machine_token, permission_denied, not_found, "
-        "identity_conflict, project_not_active, invalid_transition, stale_attempt, too_large, "
-        "unsupported_media_type, invalid_upload, client_upgrade_required, "
-        "project_dispatch_rate_limited, spool_full, storage_unavailable, internal_error"),
-    "message": v.text.describe("for people; never parse it"),
-    "retryable": v.boolean,
-    "retry_after_ms": v.int_range(0, v.INT64_MAX).describe(
-        "milliseconds to wait before retrying; 0 when not retrying"),
-    "details": v.any_object.describe("the field, index or line at fault, limits…"),
-})})
-
 ERROR_STATUSES = {
     400: "invalid_request / invalid_job: bad JSON, an unknown or invalid field or parameter",
     401: "invalid_machine_token: missing, unknown or revoked bearer token",
@@ -111,6 +98,12 @@ def _error(status: int, used: set | None = None) -> dict:
     if status in (429, 503, 507):
         response["headers"] = copy.deepcopy(_RETRY_AFTER)
     return response
+
+
+# Answered by the HTTP server in front of the app (gunicorn: request line
+# over 4094 bytes), before any route runs: plain text, not the envelope.
+URI_TOO_LONG = {"description": "the request line is longer than the HTTP server accepts "
+                               "(answered by the server, not in the error envelope)"}
 
 
 def _error_statuses(decl: Declaration, has_path: bool) -> set[int]:
@@ -196,7 +189,7 @@ def _referenced(node, found: set) -> None:
 def document(app) -> dict:
     """Build the document from ``app``'s url_map and the views' declarations."""
     refs: dict = {}
-    ERROR.json_schema(refs)
+    v.ERROR_ENVELOPE.json_schema(refs)
     paths: dict = {}
     seen: set = set()
     errors: set = set()
@@ -211,6 +204,7 @@ def document(app) -> dict:
             decl = declared[method]
             op = (_declared_operation(decl, view, rule, method, refs, seen, errors) if decl
                   else _fallback_operation(path, method, view, rule, refs, seen, errors))
+            op["responses"].setdefault("414", {"$ref": "#/components/responses/UriTooLong"})
             paths.setdefault(path, {})[method.lower()] = op
     # Hand-written schemas the fallback entries still refer to, and theirs.
     wanted: set = set()
@@ -228,7 +222,8 @@ def document(app) -> dict:
                  "description": "Derived at run time from the server's routes and the "
                                 "declarations its request validation uses."},
         "components": {"schemas": dict(sorted(refs.items())),
-                       "responses": {f"Error{n}": _error(n) for n in sorted(errors)},
+                       "responses": {**{f"Error{n}": _error(n) for n in sorted(errors)},
+                                     "UriTooLong": URI_TOO_LONG},
                        "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer",
                        "description": "a user machine token (fhq_…) or an enrolled node's "

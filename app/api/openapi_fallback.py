@@ -26,6 +26,25 @@ ERRORS = {str(code): {"description": desc, **_json(_ref("Error"))} for code, des
     413: "too_large", 415: "unsupported_media_type", 426: "client_upgrade_required",
     429: "project_dispatch_rate_limited (Retry-After header)"}.items()}
 
+PROJECT_POLICY_FIELDS = {
+    "kind": {"enum": ["generic", "pdf"]}, "status": {"enum": ["active", "draining", "archived"]},
+    "identity_mode": {"enum": ["none", "external_id", "unique_value"]},
+    "claim_order": {"enum": ["fifo", "random"]},
+    "dispatch_qps": {"type": ["number", "null"], "exclusiveMinimum": 0},
+    "worker_claim_qps": {"type": ["number", "null"], "exclusiveMinimum": 0},
+    "max_jobs_per_claim": {"type": "integer", "minimum": 1, "maximum": 256},
+    "max_resets": {"type": "integer", "minimum": 0, "maximum": 1000},
+    "recommended_lease_seconds": {"type": "integer", "minimum": 1, "maximum": 3600},
+    "retry_backoff_seconds": {"type": "integer", "minimum": 0, "maximum": 86400},
+    "client_versions": {"type": "array", "maxItems": 64, "items": {"type": "string"}},
+    "max_in_flight": {"type": ["integer", "null"], "minimum": 1},
+    "max_worker_in_flight": {"type": ["integer", "null"], "minimum": 1},
+    "prefer_new_worker": {"type": "boolean"},
+    "task_timeout_seconds": {"type": ["integer", "null"], "minimum": 60},
+    "attempt_timeout_seconds": {"type": ["integer", "null"], "minimum": 15},
+    "upload_timeout_seconds": {"type": "integer", "minimum": 10, "maximum": 600}
+}
+
 SCHEMAS = {
     # "Error" (the envelope) is derived by the generator.
     "JobSpec": {"type": "object", "additionalProperties": False, "required": ["value"], "properties": {
@@ -34,46 +53,15 @@ SCHEMAS = {
         "via": {"type": ["string", "null"]}, "hops": {"type": ["integer", "null"], "minimum": 0},
         "attr": {"type": ["object", "null"], "description": "at most 8 KiB encoded"},
         "random_key": {"type": "integer", "minimum": -2147483648, "maximum": 2147483647}}},
-    "ClaimedJob": {"type": "object", "required": ["value", "type", "job_id", "attempt_id",
-                                                  "lease_expires_at"], "properties": {
-        "id": IDENT, "value": {"type": "string"}, "type": {"enum": ["seed", "asset"]},
-        "via": {"type": "string"}, "hops": {"type": "integer"}, "attr": {"type": "object"},
-        "job_id": IDENT, "attempt_id": IDENT, "lease_expires_at": TS}},
-    "ItemResult": {"type": "object", "required": ["job_id", "attempt_id", "status", "job_status",
-                                                  "lease_expires_at", "error"], "properties": {
-        "job_id": IDENT, "attempt_id": IDENT, "status": {"enum": ["applied", "rejected"]},
-        "job_status": {"type": ["string", "null"]}, "lease_expires_at": {**TS, "type": ["integer", "null"]},
-        "error": {"type": ["object", "null"]}}},
-    "Results": {"type": "object", "required": ["results"],
-                "properties": {"results": {"type": "array", "items": _ref("ItemResult")}}},
-    "Policy": {"type": "object", "additionalProperties": False, "required": [
-        "project_id", "dispatch_qps", "worker_claim_qps", "max_jobs_per_claim",
-        "recommended_lease_seconds", "policy_version", "refresh_after_ms"], "properties": {
-        "project_id": IDENT, "dispatch_qps": {"type": ["number", "null"]},
-        "worker_claim_qps": {"type": ["number", "null"]}, "max_jobs_per_claim": {"type": "integer"},
-        "recommended_lease_seconds": {"type": "integer"}, "policy_version": {"type": "integer"},
-        "refresh_after_ms": {"type": "integer"}}},
-    "ProjectPolicyInput": {"type": "object", "additionalProperties": False, "properties": {
-        "kind": {"enum": ["generic", "pdf"]}, "status": {"enum": ["active", "draining", "archived"]},
-        "identity_mode": {"enum": ["none", "external_id", "unique_value"]},
-        "claim_order": {"enum": ["fifo", "random"]},
-        "dispatch_qps": {"type": ["number", "null"], "exclusiveMinimum": 0},
-        "worker_claim_qps": {"type": ["number", "null"], "exclusiveMinimum": 0},
-        "max_jobs_per_claim": {"type": "integer", "minimum": 1, "maximum": 256},
-        "max_resets": {"type": "integer", "minimum": 0, "maximum": 1000},
-        "recommended_lease_seconds": {"type": "integer", "minimum": 1, "maximum": 3600},
-        "retry_backoff_seconds": {"type": "integer", "minimum": 0, "maximum": 86400},
-        "client_versions": {"type": "array", "maxItems": 64, "items": {"type": "string"}},
-        "max_in_flight": {"type": ["integer", "null"], "minimum": 1},
-        "max_worker_in_flight": {"type": ["integer", "null"], "minimum": 1},
-        "prefer_new_worker": {"type": "boolean"},
-        "task_timeout_seconds": {"type": ["integer", "null"], "minimum": 60},
-        "attempt_timeout_seconds": {"type": ["integer", "null"], "minimum": 15},
-        "upload_timeout_seconds": {"type": "integer", "minimum": 10, "maximum": 600}}},
-    "ProjectSummary": {"allOf": [_ref("ProjectPolicyInput"), {"type": "object", "properties": {
-        "id": IDENT, "policy_version": {"type": "integer"}, "created_at": TS, "updated_at": TS,
+    "ProjectPolicyInput": {"type": "object", "additionalProperties": False,
+                           "properties": PROJECT_POLICY_FIELDS},
+    # Policy fields plus the server's own; not allOf with ProjectPolicyInput,
+    # whose additionalProperties false would refuse the extra fields.
+    "ProjectSummary": {"type": "object", "additionalProperties": False, "properties": {
+        **PROJECT_POLICY_FIELDS, "id": IDENT, "policy_version": {"type": "integer"},
+        "created_at": TS, "updated_at": TS,
         "job_counts": {"type": "object", "properties": {s: {"type": "integer"} for s in (
-            "todo", "wip", "staged", "done", "failed", "reset_exhausted")}}}}]},
+            "todo", "wip", "staged", "done", "failed", "reset_exhausted")}}}},
     "Job": {"type": "object", "description": "admin view of a job (attempt_history on detail)"},
     "User": {"type": "object", "properties": {
         "user_id": IDENT, "status": {"enum": ["active", "pending", "suspended"]},
@@ -81,24 +69,16 @@ SCHEMAS = {
         "has_machine_token": {"type": "boolean"}, "created_at": TS, "updated_at": TS}},
 }
 
-_ITEM_IDS = {"job_id": IDENT, "attempt_id": IDENT}
-
-
 def _body(properties, required):
     return {"required": True, **_json({"type": "object", "additionalProperties": False,
                                        "required": required, "properties": properties})}
 
 
-def _op(summary, *, body=None, ok=None, ok_code="200", worker=False, params=()):
+def _op(summary, *, body=None, ok=None, ok_code="200", params=()):
     op = {"summary": summary, "security": [{"bearer": []}], "responses": {
         ok_code: {"description": "OK", **(_json(ok) if ok else {})}, **ERRORS}}
-    parameters = list(params)
-    if worker:
-        parameters.append({"name": "X-Client-Version", "in": "header", "required": True,
-                           "schema": {"type": "string"},
-                           "description": "alias accepted: X-SavewebHQ-Client-Version"})
-    if parameters:
-        op["parameters"] = parameters
+    if params:
+        op["parameters"] = list(params)
     if body:
         op["requestBody"] = body
     return op
@@ -115,53 +95,9 @@ def _query(name, schema):
 P = _path("project_id")
 PJ = _path("project_id", "job_id")
 U = _path("user_id")
-JOBS = "/api/v1/projects/{project_id}/jobs"
 ADMIN_P = "/api/v1/admin/projects/{project_id}"
 
 PATHS = {
-    "/api/v1/whoami": {"get": _op("Who the bearer token belongs to", ok={"type": "object"})},
-    "/api/v1/projects/{project_id}": {"get": _op("Project policy for workers", worker=True,
-                                                 ok=_ref("Policy"), params=P)},
-    f"{JOBS}/claim": {"post": _op("Claim jobs (optionally long-polling with wait_ms)", worker=True,
-                                  params=P, body=_body({
-        "worker_id": IDENT, "max_jobs": {"type": "integer", "minimum": 1, "maximum": 256},
-        "lease_seconds": {"type": "integer", "minimum": 1, "maximum": 3600},
-        "accept_types": {"type": "array", "items": {"enum": ["seed", "asset"]}},
-        "policy_version": {"type": ["integer", "null"]},
-        "wait_ms": {"type": "integer", "minimum": 0, "maximum": 30000}},
-        ["worker_id", "max_jobs", "lease_seconds"]), ok={
-        "type": "object", "additionalProperties": False,
-        "required": ["project_id", "jobs", "retry_after_ms", "policy_version"], "properties": {
-            "project_id": IDENT, "jobs": {"type": "array", "items": _ref("ClaimedJob")},
-            "retry_after_ms": {"type": "integer"}, "policy_version": {"type": "integer"}}})},
-    f"{JOBS}/complete": {"post": _op("Complete attempts (generic projects)", worker=True, params=P,
-                                     ok=_ref("Results"), body=_body({
-        "worker_id": IDENT, "items": {"type": "array", "minItems": 1, "maxItems": 256, "items": {
-            "type": "object", "required": ["job_id", "attempt_id", "outcome"], "properties": {
-                **_ITEM_IDS, "outcome": {"type": "object", "required": ["kind"], "properties": {
-                    "kind": {"enum": ["success", "http_error", "skipped"]},
-                    "code": {"type": ["integer", "null"], "minimum": 0, "maximum": 999},
-                    "uri": {"type": ["string", "null"], "maxLength": 4096},
-                    "meta": {"type": ["object", "null"]}}},
-                "artifact_receipts": {"type": "array", "maxItems": 16, "items": {
-                    "type": "object", "required": ["id", "issuer", "object_id", "checksum",
-                                                   "size_bytes", "accepted_at"]}}}}}},
-        ["worker_id", "items"]))},
-    f"{JOBS}/fail": {"post": _op("Report failed attempts", worker=True, params=P, ok=_ref("Results"),
-                                 body=_body({
-        "worker_id": IDENT, "items": {"type": "array", "minItems": 1, "maxItems": 256, "items": {
-            "type": "object", "required": ["job_id", "attempt_id", "retryable", "error"], "properties": {
-                **_ITEM_IDS, "retryable": {"type": "boolean"},
-                "error": {"type": "object", "required": ["code", "message"], "properties": {
-                    "code": {"type": "string"}, "message": {"type": "string", "maxLength": 2048},
-                    "details": {"type": ["object", "null"]}}}}}}},
-        ["worker_id", "items"]))},
-    f"{JOBS}/extend-lease": {"post": _op("Renew leases", worker=True, params=P, ok=_ref("Results"),
-                                         body=_body({
-        "worker_id": IDENT, "extend_seconds": {"type": "integer", "minimum": 1, "maximum": 3600},
-        "items": {"type": "array", "minItems": 1, "maxItems": 256,
-                  "items": {"type": "object", "required": ["job_id", "attempt_id"],
-                            "properties": _ITEM_IDS}}}, ["worker_id", "extend_seconds", "items"]))},
     "/api/v1/admin/projects": {"get": _op("List projects", ok={"type": "object", "properties": {
         "projects": {"type": "array", "items": _ref("ProjectSummary")}}})},
     ADMIN_P: {
@@ -211,3 +147,9 @@ PATHS = {
         "delete": _op("Revoke the token", params=U, ok_code="204"),
     },
 }
+
+# PUT answers 201 when it creates the project or the user.
+PATHS[ADMIN_P]["put"]["responses"]["201"] = {"description": "Created",
+                                             **_json(_ref("ProjectSummary"))}
+PATHS["/api/v1/admin/users/{user_id}"]["put"]["responses"]["201"] = {
+    "description": "Created", **_json(_ref("User"))}

@@ -387,16 +387,32 @@ class Named(Rule):
     def __init__(self, name: str, rule):
         self.name, self.rule = name, rule
 
-    def __call__(self, value, path):
+    def check(self, value, path):
         return self.rule(value, path)
 
     def json_schema(self, refs=None):
         if refs is None:
-            return schema_of(self.rule)
+            schema = schema_of(self.rule)
+            return _or_null(schema) if self.nullable else schema
         if self.name not in refs:
             refs[self.name] = {}  # placeholder: a rule may refer to itself
             refs[self.name] = schema_of(self.rule, refs)
-        return {"$ref": f"#/components/schemas/{self.name}"}
+        ref = {"$ref": f"#/components/schemas/{self.name}"}
+        return {"anyOf": [ref, {"type": "null"}]} if self.nullable else ref
+
+
+class Custom(Rule):
+    """A check written as a plain ``(value, path)`` function, published with
+    the schema (a rule or a field dict) of what it accepts."""
+
+    def __init__(self, check_fn, shape):
+        self.check_fn, self.shape = check_fn, shape
+
+    def check(self, value, path):
+        return self.check_fn(value, path)
+
+    def _schema(self, refs):
+        return schema_of(self.shape, refs)
 
 
 def check(obj, schema: dict, path: str = "") -> dict:
@@ -465,6 +481,15 @@ def const(value) -> Const:
 
 def named(name: str, rule) -> Named:
     return Named(name, obj(rule) if isinstance(rule, dict) else rule)
+
+
+def custom(check_fn, shape) -> Custom:
+    return Custom(check_fn, shape)
+
+
+def nullable(rule) -> Rule:
+    """``rule`` that also accepts null (any rule, a plain function too)."""
+    return (rule if isinstance(rule, Rule) else Custom(rule, {})).or_null()
 
 
 def number(lo=None, hi=None, nullable=False, exclusive_lo=False) -> Number:

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 from flask import request
 
-from app.api.declarations import Media, declare
-from app.api.rules import (INT64_MAX, Optional, any_object, any_of, any_value, array,
-                           boolean, check, const, fail, identifier, int_range, json_object,
-                           json_pattern, list_of, map_of, named, number, obj, one_of, schema_of,
-                           string, text, timestamp)
+from app.api.declarations import API_ERROR, ERROR_ENVELOPE, Media, declare
+from app.api.rules import (INT64_MAX, IntRange, Optional, any_object, any_of, any_value, array,
+                           boolean, check, const, custom, fail, identifier, int_range,
+                           json_object, json_pattern, list_of, map_of, named, nullable, number,
+                           obj, one_of, schema_of, string, text, timestamp)
 from app.errors import InvalidRequest, TooLarge, UnsupportedMediaType
 from workers.protocol import JsonTooDeep, strict_json_loads
 
-__all__ = ["INT64_MAX", "InvalidRequest", "Media", "Optional", "any_object", "any_of",
-           "any_value", "array", "boolean", "check", "const", "declare", "identifier",
-           "int_range", "json_body", "json_object", "json_pattern", "list_of", "map_of", "named",
-           "number", "obj", "one_of", "read_body", "schema_of", "string", "text", "timestamp"]
+__all__ = ["API_ERROR", "ERROR_ENVELOPE", "INT64_MAX", "InvalidRequest", "Media", "Optional",
+           "any_object", "any_of", "any_value", "array", "boolean", "check", "const", "custom",
+           "declare", "identifier", "int_range", "json_body", "json_object", "json_pattern",
+           "list_of", "map_of", "named", "nullable", "number", "obj", "one_of", "query", "read_body",
+           "schema_of", "string", "text", "timestamp"]
 
 _fail = fail  # the name older call sites use
 
@@ -51,3 +52,19 @@ def json_body(limit: int) -> dict:
     if not isinstance(body, dict):
         raise InvalidRequest("body must be a JSON object")
     return body
+
+
+def query(spec: dict) -> dict:
+    """The query parameters ``spec`` declares (name → rule, as in
+    ``declare(query=...)``), checked; others are ignored and an empty value
+    counts as absent. Integer rules take ASCII decimal digits only."""
+    raw = {}
+    for name, rule in spec.items():
+        value = request.args.get(name)
+        if not value:
+            continue
+        inner = rule.rule if isinstance(rule, Optional) else rule
+        if isinstance(inner, IntRange) and value.isascii() and value.isdigit():
+            value = int(value)
+        raw[name] = value
+    return check(raw, spec)
