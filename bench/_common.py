@@ -63,7 +63,7 @@ def gunicorn(url: str, *, workers: int = 2, threads: int = 4):
             try:
                 if requests.get(base + "/healthz", timeout=1).status_code == 200:
                     break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # not up yet, or busy starting
                 time.sleep(0.05)
         else:
             raise RuntimeError("gunicorn did not start")

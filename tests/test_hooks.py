@@ -508,8 +508,15 @@ def test_consumer_admin_api_validates_and_is_admin_only(app, client, pipeline, c
                 {"name": "x", "url": "not a url"},
                 {"name": "", "url": consumer.url},
                 {"name": "x", "url": consumer.url, "secret": "short"},
-                {"name": "x", "url": consumer.url, "surprise": True}):
+                {"name": "x", "url": consumer.url, "surprise": True},
+                {"name": "x", "url": "https://[unclosed-ipv6/hook"},  # once a 500
+                {"name": "x", "url": "http://[::1/hook"}):
         assert pipeline.api.call("POST", base, bad).status_code == 400, bad
+    created = add_consumer(pipeline, consumer.url)
+    patched = pipeline.api.call("PATCH", f"{base}/{created['consumer_id']}",
+                                {"url": "https://[unclosed-ipv6/hook"})
+    assert (patched.status_code, body(patched)["error"]["details"]) == (400, {"field": "url"})
+    pipeline.api.call("DELETE", f"{base}/{created['consumer_id']}")
     assert pipeline.api.call("POST", "/api/v1/admin/projects/no-such-project/hooks",
                              {"name": "x", "url": consumer.url}).status_code == 404
 

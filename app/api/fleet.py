@@ -75,7 +75,10 @@ REMOTE_JOB = v.named("RemoteJob", {
     "state": v.one_of("queued", "running", "uploading", "staged", "done", "failed"),
     "worker_id": v.text.or_null(), "error": v.any_value, "updated_at": v.timestamp,
 })
-_WAIT_MS = v.Optional(v.int_range(0, 30_000).describe("long-poll for a change, at most 30 s"))
+RECEIPT_QUERY = {"wait_ms": v.Optional(v.int_range(0, 30_000).describe(
+    "long-poll for a change, at most 30 s"), default=0)}
+REMOTE_JOBS_QUERY = {"project": v.Optional(v.identifier),
+                     "limit": v.Optional(v.int_range(1, 500), default=100)}
 _UPLOAD_HEADERS = {
     "X-PDF-SHA256": v.text.with_schema(pattern="^[0-9A-Fa-f]{64}$"),
     "X-PDF-Size": v.text.with_schema(pattern="^[0-9]{1,15}$").describe("= Content-Length"),
@@ -162,16 +165,14 @@ def upload(attempt_id):
 
 
 @bp.get("/fleet/receipts/<attempt_id>")
-@v.declare(query={"wait_ms": _WAIT_MS}, responses={200: RECEIPT},
+@v.declare(query=RECEIPT_QUERY, responses={200: RECEIPT},
            summary="Read a receipt; wait_ms long-polls for a change")
 def receipt(attempt_id):
     worker = _caller_worker()
     attempt = _attempt_id(attempt_id)
-    raw_wait = request.args.get("wait_ms", "0")
-    if not (raw_wait.isascii() and raw_wait.isdigit()) or int(raw_wait) > 30_000:
-        raise InvalidRequest("wait_ms must be 0..30000", details={"field": "wait_ms"})
-    deadline = time.monotonic() + int(raw_wait) / 1000
-    listener = wakeups.listener(current_app.config["LISTEN_DSN"]) if int(raw_wait) else None
+    wait_ms = v.query(RECEIPT_QUERY)["wait_ms"]
+    deadline = time.monotonic() + wait_ms / 1000
+    listener = wakeups.listener(current_app.config["LISTEN_DSN"]) if wait_ms else None
     key = transitions.receipt_key(attempt)
     while True:
         seen = listener.generation(key) if listener else None
@@ -202,12 +203,9 @@ def fleet_workers():
 
 
 @bp.get("/remote-jobs")
-@v.declare(query={"project": v.Optional(v.text),
-                  "limit": v.Optional(v.int_range(1, 500), default=100)},
+@v.declare(query=REMOTE_JOBS_QUERY,
            responses={200: {"jobs": v.array(REMOTE_JOB)}}, summary="Job progress for readers")
 def remote_jobs():
     require("reader", "admin")
-    raw_limit = request.args.get("limit", "100")
-    if not (raw_limit.isascii() and raw_limit.isdigit()) or not 1 <= int(raw_limit) <= 500:
-        raise InvalidRequest("limit must be 1..500", details={"field": "limit"})
-    return jsonify(jobs=listing.remote_jobs(request.args.get("project") or None, int(raw_limit)))
+    args = v.query(REMOTE_JOBS_QUERY)
+    return jsonify(jobs=listing.remote_jobs(args.get("project"), args["limit"]))

@@ -7,16 +7,21 @@ from flask import Response, current_app, jsonify, request, stream_with_context
 from app.api import bp
 from app.api import validate as v
 from app.api.auth import bearer, body_limit, require
-from app.errors import InvalidRequest, NotFound, PermissionDenied
+from app.errors import NotFound, PermissionDenied
 from app.hooks import consumers, deliveries
 from app.projects import service as projects
 from app.storage import from_config
 from app.uploads import downloads
 
-CONSUMER = {"name": v.string(128, min_bytes=1), "url": v.string(2048, min_bytes=1),
+# The consumer service also requires an http(s) URL with a host.
+_URL = v.string(2048, min_bytes=1).with_schema(pattern="^https?://[^/?#@\x00]+[^\x00]*$")
+CONSUMER = {"name": v.string(128, min_bytes=1), "url": _URL,
             "secret": v.Optional(v.string(256, min_bytes=16)), "enabled": v.Optional(v.boolean)}
 CONSUMER_PATCH = {"name": v.Optional(v.string(128, min_bytes=1)),
-                  "url": v.Optional(v.string(2048, min_bytes=1)), "enabled": v.Optional(v.boolean)}
+                  "url": v.Optional(_URL), "enabled": v.Optional(v.boolean)}
+
+DELIVERIES_QUERY = {"project": v.Optional(v.identifier),
+                    "state": v.Optional(v.one_of(*deliveries.STATES))}
 
 # Response bodies.
 HOOK_CONSUMER = v.named("HookConsumer", {
@@ -76,16 +81,14 @@ def delete_consumer(project_id, consumer_id):
 
 
 @bp.get("/admin/hooks/deliveries")
-@v.declare(query={"project": v.Optional(v.text), "state": v.Optional(v.one_of(*deliveries.STATES))},
+@v.declare(query=DELIVERIES_QUERY,
            responses={200: {"deliveries": v.array(HOOK_DELIVERY)}},
            summary="Hook deliveries, newest first (at most 200)")
 def list_deliveries():
     require("admin")
-    state = request.args.get("state") or None
-    if state is not None and state not in deliveries.STATES:
-        raise InvalidRequest("unknown state", details={"field": "state"})
+    args = v.query(DELIVERIES_QUERY)
     return jsonify(deliveries=deliveries.list_deliveries(
-        project_id=request.args.get("project") or None, state=state))
+        project_id=args.get("project"), state=args.get("state")))
 
 
 @bp.post("/admin/hooks/deliveries/<delivery_id>/retry")
@@ -106,7 +109,7 @@ def delivery_callback(delivery_id):
 
 
 @bp.get("/assets/<path:object_key>")
-@v.declare(auth=None, query={"expires": v.text, "sig": v.text},
+@v.declare(auth=None, query={"expires": v.text, "sig": v.text}, errors=(403,),
            responses={200: v.Media("application/pdf")}, path={"object_key": v.text},
            summary="Signed, time-limited download of an archived object (local store)")
 def download(object_key):

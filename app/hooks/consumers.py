@@ -13,8 +13,12 @@ from app.extensions import db
 def _check_url(url) -> str:
     if not isinstance(url, str) or len(url) > 2048:
         raise InvalidRequest("url must be a string of at most 2048 characters", details={"field": "url"})
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:  # e.g. an unclosed "[" of an IPv6 literal
+        host = None
+    if not host or parts.scheme not in ("http", "https"):
         raise InvalidRequest("url must be an http(s) URL", details={"field": "url"})
     return url
 
