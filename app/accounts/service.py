@@ -11,6 +11,7 @@ from app.accounts import tokens
 from app.accounts.models import ROLES, USER_STATUSES, MachineToken, User
 from app.errors import InvalidRequest, InvalidToken, NotFound
 from app.extensions import db
+from app.fleet.service import NODE_SECRET_PREFIX
 from workers.protocol import is_identifier
 
 
@@ -76,20 +77,55 @@ def user_dict(user: User) -> dict:
             "updated_at": int(user.updated_at.timestamp())}
 
 
-def rotate_token(user_id: str) -> str:
-    """Issue a new machine token (the old one stops working). Commits.
+def install_token(user_id: str, token: str) -> None:
+    """Make ``token`` the user's machine token (the previous one stops
+    working). Any well-formed token may be installed, e.g. one carried over
+    from SavewebHQ. Commits.
 
-    Returns:
-        The token in clear: shown once, never stored.
+    Raises:
+        InvalidRequest: a token that could never authenticate, one shaped
+            like an enrolled-node secret, or one another user holds.
+        NotFound: no such user.
     """
     get_user(user_id)
-    secret = tokens.new_secret(tokens.USER_TOKEN_PREFIX)
+    _install(user_id, token)
+    db.session.commit()
+
+
+def rotate_token(user_id: str) -> str:
+    """Issue a new ``fhq_`` machine token (the old one stops working). Commits.
+
+    Returns:
+        The token in clear.
+    """
+    get_user(user_id)
+    token = tokens.new_secret(tokens.USER_TOKEN_PREFIX)
+    _install(user_id, token)
+    db.session.commit()
+    return token
+
+
+def _install(user_id: str, token: str) -> None:
+    reason = tokens.refusal(token)
+    if reason is None and token.startswith(NODE_SECRET_PREFIX):
+        reason = f"tokens starting with {NODE_SECRET_PREFIX} are enrolled-node secrets"
+    if reason is not None:
+        raise InvalidRequest(reason, details={"field": "token"})
+    token_hash = tokens.digest(token)
+    holder = db.session.execute(text("SELECT user_id FROM machine_tokens WHERE token_hash = :h"),
+                                {"h": token_hash}).scalar()
+    if holder is not None and holder != user_id:
+        raise InvalidRequest("this token is already another user's machine token",
+                             details={"field": "token"})
+    # Installing the same token again (bootstrap-user run twice) keeps its
+    # history; a different token starts afresh.
     db.session.execute(text(
         "INSERT INTO machine_tokens (user_id, token_hash) VALUES (:u, :h) "
         "ON CONFLICT (user_id) DO UPDATE SET token_hash = EXCLUDED.token_hash, "
-        "created_at = now(), last_used_at = NULL"), {"u": user_id, "h": tokens.digest(secret)})
-    db.session.commit()
-    return secret
+        "created_at = CASE WHEN machine_tokens.token_hash = EXCLUDED.token_hash "
+        "THEN machine_tokens.created_at ELSE now() END, "
+        "last_used_at = CASE WHEN machine_tokens.token_hash = EXCLUDED.token_hash "
+        "THEN machine_tokens.last_used_at END"), {"u": user_id, "h": token_hash})
 
 
 def revoke_token(user_id: str) -> None:
@@ -129,7 +165,7 @@ def authenticate(bearer: str, *, row=None) -> Principal:
     Raises:
         InvalidToken: unknown, revoked, or belonging to a user who is not active.
     """
-    if not well_formed(bearer):
+    if not tokens.well_formed(bearer):
         raise InvalidToken("invalid machine token")
     token_hash = tokens.digest(bearer)
     if row is None:
@@ -140,10 +176,6 @@ def authenticate(bearer: str, *, row=None) -> Principal:
         raise InvalidToken("invalid machine token")
     _touch(token_hash)
     return Principal(user_id=row[0], roles=frozenset(row[1]))
-
-
-def well_formed(bearer: str) -> bool:
-    return bearer.startswith(tokens.USER_TOKEN_PREFIX) and len(bearer) <= 256
 
 
 def _touch(token_hash: str) -> None:

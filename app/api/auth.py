@@ -1,7 +1,8 @@
 """Bearer-token authentication and the client-version gate for API views.
 
-Two kinds of bearer: user machine tokens (``fhq_``) and enrolled-node secrets
-(``fhqn_``). A browser session cookie is never accepted here.
+Two kinds of bearer: enrolled-node secrets (``fhqn_``) and user machine tokens
+(anything else well-formed: ``fhq_`` ones FleetHQ issued, or tokens an operator
+installed). A browser session cookie is never accepted here.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from flask import current_app, g, request
 from sqlalchemy import text
 
 from app.accounts import service as accounts
+from app.accounts import tokens
 from app.accounts.service import Principal
 from app.errors import InvalidToken, PermissionDenied, UpgradeRequired
 from app.extensions import db
@@ -31,11 +33,13 @@ class WorkerCall:
 
 
 def bearer() -> str:
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise InvalidToken("missing bearer token")
-    return token.strip()
+    """The token of ``Authorization: Bearer <token>``, parsed as SavewebHQ
+    does: one space after the scheme, then a token without whitespace."""
+    header = tokens.from_header(request.headers.get("Authorization", "")).strip()
+    scheme, found, token = header.partition(" ")
+    if not found or scheme.lower() != "bearer" or not tokens.well_formed(token):
+        raise InvalidToken("missing or malformed bearer token")
+    return token
 
 
 def principal() -> Principal:
@@ -79,10 +83,10 @@ def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
         token worker, node using another worker id), NotFound.
     """
     token = bearer()
-    digest = accounts.tokens.digest(token)
+    digest = tokens.digest(token)
     if token.startswith(fleet.NODE_SECRET_PREFIX):
         row = db.session.execute(text(_NODE_CALL), {"p": project_id, "h": digest}).first()
-        if row is None or not accounts.tokens.matches(token, row[2]) or row[1] in ("rejected", "revoked"):
+        if row is None or not tokens.matches(token, row[2]) or row[1] in ("rejected", "revoked"):
             raise InvalidToken("invalid node secret")
         who = Principal(user_id=None, roles=frozenset({"worker"}), node_id=row[0], node_status=row[1])
         if row[1] == "pending":
@@ -92,8 +96,6 @@ def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
         status, age, project_row = row[1], row[3], row[4:]
         worker = Worker(worker_id=row[0], owner=None)
     else:
-        if not accounts.well_formed(token):
-            raise InvalidToken("invalid machine token")
         row = db.session.execute(text(_TOKEN_CALL), {"p": project_id, "h": digest, "w": worker_id}).first()
         who = accounts.authenticate(token, row=row[:4] if row is not None else None)
         if not who.has("worker"):
