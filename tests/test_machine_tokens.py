@@ -2,6 +2,8 @@
 installed and authenticates (T3)."""
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import requests
 
@@ -77,3 +79,107 @@ def test_installing_replaces_the_previous_token(app, client, make_user):
 def test_new_tokens_keep_the_fhq_prefix(ctx):
     accounts.put_user("wk", ["worker"])
     assert accounts.rotate_token("wk").startswith("fhq_")
+
+
+# ------------------------------------------------------------ viewable, sealed (T2)
+
+@contextlib.contextmanager
+def _app_on(database_url: str, **config):
+    """Another master process on the same database, with other settings."""
+    from app import create_app
+    from app.extensions import db
+    other = create_app({"DATABASE_URL": database_url, "TESTING": True, "LOG_JSON": False,
+                        **config}, check_schema=False)
+    with other.app_context():
+        try:
+            yield other
+        finally:
+            db.session.remove()
+            for engine in db.engines.values():
+                engine.dispose()
+
+
+def test_a_token_can_be_viewed_again(ctx):
+    accounts.put_user("wk", ["worker"])
+    accounts.install_token("wk", "hq_carried-over")
+    assert accounts.view_token("wk") == "hq_carried-over"
+    assert accounts.view_token("wk") == "hq_carried-over"  # repeatable
+    rotated = accounts.rotate_token("wk")
+    assert accounts.view_token("wk") == rotated
+    accounts.revoke_token("wk")
+    assert accounts.view_token("wk") is None
+    assert accounts.view_token("nobody") is None
+
+
+def test_a_database_dump_reveals_no_token(app, ctx):
+    from tests.helpers import db_rows
+    accounts.put_user("wk", ["worker"])
+    accounts.put_user("op", ["admin"])
+    issued = accounts.rotate_token("wk")
+    accounts.install_token("op", "hq_operator-chosen-secret")
+    dump = " ".join(r["row"] for r in db_rows(app, "SELECT t::text AS row FROM machine_tokens t"))
+    assert "\\x" in dump  # the sealed copies are there, as bytea
+    for token in (issued, "hq_operator-chosen-secret"):
+        assert token not in dump
+        assert token[4:16] not in dump
+        assert token.encode().hex() not in dump
+        assert token.encode().hex()[8:32] not in dump
+    assert {r["sealed"] for r in db_rows(app, "SELECT sealed IS NOT NULL AS sealed "
+                                              "FROM machine_tokens")} == {True}
+
+
+def test_a_changed_secret_key_makes_tokens_unviewable_not_unusable(app, database_url):
+    with app.app_context():
+        accounts.put_user("wk", ["worker"])
+        accounts.install_token("wk", "hq_before-the-key-changed")
+    with _app_on(database_url, SECRET_KEY="another-secret-key"):
+        assert accounts.view_token("wk") is None
+        assert accounts.token_metadata("wk")["viewable"] is False
+        assert accounts.authenticate("hq_before-the-key-changed").user_id == "wk"
+        # A token installed under the new key is viewable under it.
+        accounts.install_token("wk", "hq_after")
+        assert accounts.view_token("wk") == "hq_after"
+    with app.app_context():
+        assert accounts.view_token("wk") is None
+
+
+def test_not_viewable_keeps_digests_only(app, database_url):
+    from tests.helpers import db_rows
+    with _app_on(database_url, SECRET_KEY="test-secret-key", MACHINE_TOKENS_VIEWABLE=False):
+        accounts.put_user("wk", ["worker"])
+        token = accounts.rotate_token("wk")
+        assert accounts.view_token("wk") is None
+        assert accounts.authenticate(token).user_id == "wk"
+    assert db_rows(app, "SELECT sealed FROM machine_tokens") == [{"sealed": None}]
+    with app.app_context():  # viewable again, but nothing was kept to view
+        assert accounts.view_token("wk") is None
+
+
+def test_without_a_configured_secret_key_nothing_is_sealed(app, database_url):
+    from tests.helpers import db_rows
+    with _app_on(database_url, SECRET_KEY=None):
+        accounts.put_user("wk", ["worker"])
+        accounts.rotate_token("wk")
+        assert accounts.view_token("wk") is None
+    assert db_rows(app, "SELECT sealed FROM machine_tokens") == [{"sealed": None}]
+
+
+def test_a_sealed_copy_opens_only_on_its_own_row(app, ctx):
+    from tests.helpers import sql
+    accounts.put_user("a", ["worker"])
+    accounts.put_user("b", ["worker"])
+    accounts.install_token("a", "hq_token-of-a")
+    accounts.install_token("b", "hq_token-of-b")
+    sql(app, "UPDATE machine_tokens SET sealed = (SELECT sealed FROM machine_tokens "
+             "WHERE user_id = 'a') WHERE user_id = 'b'")
+    assert accounts.view_token("b") is None
+    assert accounts.view_token("a") == "hq_token-of-a"
+
+
+def test_viewable_setting_must_be_a_boolean(monkeypatch):
+    from app import config
+    monkeypatch.setenv("FLEETHQ_MACHINE_TOKENS_VIEWABLE", "false")
+    assert config.load()["MACHINE_TOKENS_VIEWABLE"] is False
+    monkeypatch.setenv("FLEETHQ_MACHINE_TOKENS_VIEWABLE", "no")
+    with pytest.raises(ValueError, match="MACHINE_TOKENS_VIEWABLE"):
+        config.load()

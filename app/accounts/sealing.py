@@ -25,9 +25,10 @@ _INFO = b"fleethq machine-token seal v1"
 
 
 @functools.lru_cache(maxsize=4)
-def _cipher(secret_key: str) -> AESGCM:
-    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
-               info=_INFO).derive(secret_key.encode("utf-8", "surrogatepass"))
+def _cipher(secret_key: str | bytes) -> AESGCM:
+    material = secret_key if isinstance(secret_key, bytes) else secret_key.encode(
+        "utf-8", "surrogatepass")
+    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_INFO).derive(material)
     return AESGCM(key)
 
 
@@ -35,14 +36,14 @@ def _bound_to(user_id: str, token_hash: str) -> bytes:
     return _VERSION + user_id.encode() + b"\x00" + token_hash.encode()
 
 
-def seal(secret_key: str, user_id: str, token_hash: str, token: str) -> bytes:
+def seal(secret_key: str | bytes, user_id: str, token_hash: str, token: str) -> bytes:
     nonce = os.urandom(_NONCE_BYTES)
     sealed = _cipher(secret_key).encrypt(nonce, tokens.token_bytes(token),
                                          _bound_to(user_id, token_hash))
     return _VERSION + nonce + sealed
 
 
-def unseal(secret_key: str, user_id: str, token_hash: str, sealed: bytes | None) -> str | None:
+def unseal(secret_key: str | bytes, user_id: str, token_hash: str, sealed: bytes | None) -> str | None:
     """The token, or None when the copy does not open (another secret key,
     another row, damaged) — never an exception."""
     if not sealed or bytes(sealed[:1]) != _VERSION:

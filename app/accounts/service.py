@@ -5,9 +5,11 @@ import threading
 import time
 from dataclasses import dataclass
 
+from flask import current_app
 from sqlalchemy import select, text
+from sqlalchemy.exc import IntegrityError
 
-from app.accounts import tokens
+from app.accounts import sealing, tokens
 from app.accounts.models import ROLES, USER_STATUSES, MachineToken, User
 from app.errors import InvalidRequest, InvalidToken, NotFound
 from app.extensions import db
@@ -117,30 +119,84 @@ def _install(user_id: str, token: str) -> None:
     if holder is not None and holder != user_id:
         raise InvalidRequest("this token is already another user's machine token",
                              details={"field": "token"})
+    key = _sealing_key()
+    sealed = sealing.seal(key, user_id, token_hash, token) if key is not None else None
     # Installing the same token again (bootstrap-user run twice) keeps its
     # history; a different token starts afresh.
-    db.session.execute(text(
-        "INSERT INTO machine_tokens (user_id, token_hash) VALUES (:u, :h) "
+    statement = text(
+        "INSERT INTO machine_tokens (user_id, token_hash, sealed) VALUES (:u, :h, :s) "
         "ON CONFLICT (user_id) DO UPDATE SET token_hash = EXCLUDED.token_hash, "
+        "sealed = EXCLUDED.sealed, "
         "created_at = CASE WHEN machine_tokens.token_hash = EXCLUDED.token_hash "
         "THEN machine_tokens.created_at ELSE now() END, "
         "last_used_at = CASE WHEN machine_tokens.token_hash = EXCLUDED.token_hash "
-        "THEN machine_tokens.last_used_at END"), {"u": user_id, "h": token_hash})
+        "THEN machine_tokens.last_used_at END")
+    try:
+        with db.session.begin_nested():
+            db.session.execute(statement, {"u": user_id, "h": token_hash, "s": sealed})
+    except IntegrityError:  # another user got the same token in the meantime
+        raise InvalidRequest("this token is already another user's machine token",
+                             details={"field": "token"}) from None
 
 
-def revoke_token(user_id: str) -> None:
+def _sealing_key() -> str | bytes | None:
+    """The secret that seals and opens token copies; None when tokens are
+    not to be viewable, or the secret key is this process's own (unset)."""
+    config = current_app.config
+    if not config["MACHINE_TOKENS_VIEWABLE"] or config.get("SECRET_KEY_GENERATED"):
+        return None
+    return config["SECRET_KEY"]
+
+
+def view_token(user_id: str) -> str | None:
+    """The user's current machine token in clear, or None: no such user or
+    token, tokens configured as not viewable, or a sealed copy that no
+    longer opens (the secret key changed)."""
+    key = _sealing_key()
+    if key is None:
+        return None
+    row = db.session.execute(text(
+        "SELECT token_hash, sealed FROM machine_tokens WHERE user_id = :u"), {"u": user_id}).first()
+    if row is None:
+        return None
+    return sealing.unseal(key, user_id, row[0], row[1])
+
+
+def viewable(user_id: str, token_hash: str | None, sealed: bytes | None) -> bool:
+    """Whether :func:`view_token` would answer for this stored row (listings
+    already hold the columns)."""
+    key = _sealing_key()
+    if key is None or token_hash is None or sealed is None:
+        return False
+    return sealing.unseal(key, user_id, token_hash, sealed) is not None
+
+
+def revoke_token(user_id: str) -> bool:
+    """Delete the user's machine token. Commits.
+
+    Returns:
+        Whether there was one.
+
+    Raises:
+        NotFound: no such user.
+    """
     get_user(user_id)
-    db.session.execute(text("DELETE FROM machine_tokens WHERE user_id = :u"), {"u": user_id})
+    deleted = db.session.execute(text("DELETE FROM machine_tokens WHERE user_id = :u"),
+                                 {"u": user_id}).rowcount
     db.session.commit()
+    return deleted > 0
 
 
 def token_metadata(user_id: str) -> dict:
     get_user(user_id)
     token = db.session.get(MachineToken, user_id)
     if token is None:
-        return {"user_id": user_id, "exists": False, "created_at": None, "last_used_at": None}
+        return {"user_id": user_id, "exists": False, "viewable": False, "created_at": None,
+                "last_used_at": None}
     last = token.last_used_at
-    return {"user_id": user_id, "exists": True, "created_at": int(token.created_at.timestamp()),
+    return {"user_id": user_id, "exists": True,
+            "viewable": viewable(user_id, token.token_hash, token.sealed),
+            "created_at": int(token.created_at.timestamp()),
             "last_used_at": int(last.timestamp()) if last else None}
 
 
