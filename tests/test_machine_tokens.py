@@ -183,3 +183,145 @@ def test_viewable_setting_must_be_a_boolean(monkeypatch):
     monkeypatch.setenv("FLEETHQ_MACHINE_TOKENS_VIEWABLE", "no")
     with pytest.raises(ValueError, match="MACHINE_TOKENS_VIEWABLE"):
         config.load()
+
+
+# ------------------------------------------------------------ users API (A11–A16)
+
+class Http:
+    """The machine API over real HTTP with one bearer token."""
+
+    def __init__(self, url: str, token: str):
+        self.url, self.token = url, token
+
+    def __call__(self, method: str, path: str, payload=None) -> requests.Response:
+        return requests.request(method, f"{self.url}/api/v1{path}", json=payload, timeout=10,
+                                headers={"Authorization": f"Bearer {self.token}"})
+
+
+def _refused(response, status: int, code: str) -> None:
+    assert response.status_code == status, (response.status_code, response.text)
+    assert response.json()["error"]["code"] == code
+
+
+@pytest.fixture
+def admin(live_server, admin_token):
+    return Http(live_server.url, admin_token)
+
+
+def test_user_list_is_savewebhq_admin_user_summary(app, admin, make_user):
+    from tests.helpers import sql
+    make_user("wk", ["worker", "reader"])
+    sql(app, "INSERT INTO users (id, status, roles, github_login) "
+             "VALUES ('gh-7', 'pending', '{}', 'octocat')")
+    response = admin("GET", "/admin/users")
+    assert response.status_code == 200
+    users = response.json()["users"]
+    assert [u["id"] for u in users] == ["admin", "gh-7", "wk"]
+    by_id = {u["id"]: u for u in users}
+    keys = ["id", "status", "roles", "machine_token_active", "machine_token_viewable",
+            "created_at", "updated_at"]
+    assert list(by_id["wk"]) == keys
+    assert list(by_id["gh-7"]) == keys[:1] + ["github_login"] + keys[1:]
+    assert by_id["gh-7"]["github_login"] == "octocat"
+    assert by_id["wk"]["roles"] == ["worker"]  # FleetHQ's reader role is not shown here
+    assert by_id["wk"]["machine_token_active"] is True
+    assert by_id["wk"]["machine_token_viewable"] is True
+    assert by_id["gh-7"]["machine_token_active"] is False
+    assert by_id["gh-7"]["machine_token_viewable"] is False
+    assert isinstance(by_id["wk"]["created_at"], int) and isinstance(by_id["wk"]["updated_at"], int)
+
+
+def test_put_user_creates_and_updates_with_204(app, admin):
+    from tests.helpers import sql
+    created = admin("PUT", "/admin/users/robot", {"status": "pending", "roles": ["worker"]})
+    assert created.status_code == 204 and created.content == b""
+    updated = admin("PUT", "/admin/users/robot", {"status": "active", "roles": ["admin", "worker"]})
+    assert updated.status_code == 204
+    assert sql(app, "SELECT status, roles FROM users WHERE id = 'robot'") == \
+        [("active", ["admin", "worker"])]
+    assert admin("PUT", "/admin/users/robot", {"status": "active", "roles": []}).status_code == 204
+    assert sql(app, "SELECT roles FROM users WHERE id = 'robot'") == [([],)]
+
+
+@pytest.mark.parametrize("payload", [
+    {"roles": ["worker"]},                                      # status is required
+    {"status": "active"},                                       # roles too
+    {"status": "frozen", "roles": ["worker"]},
+    {"status": "active", "roles": ["reader"]},                  # FleetHQ's route only
+    {"status": "active", "roles": ["worker", "worker"]},
+    {"status": "active", "roles": "worker"},
+    {"status": "active", "roles": ["worker"], "extra": True},
+])
+def test_put_user_refuses_a_bad_body(admin, payload):
+    _refused(admin("PUT", "/admin/users/robot", payload), 400, "invalid_request")
+    assert [u["id"] for u in admin("GET", "/admin/users").json()["users"]] == ["admin"]
+
+
+def test_put_user_refuses_a_bad_user_id(admin):
+    _refused(admin("PUT", "/admin/users/bad%20id", {"status": "active", "roles": []}),
+             400, "invalid_request")
+    for method in ("DELETE", "GET", "POST"):
+        suffix = "" if method == "DELETE" else "/machine-token"
+        _refused(admin(method, f"/admin/users/bad%20id{suffix}"), 400, "invalid_request")
+
+
+def test_reader_is_managed_on_fleethqs_own_route(app, admin):
+    from tests.helpers import sql
+    created = admin("PUT", "/fleethq/users/analyst", {"status": "active", "roles": ["reader"]})
+    assert created.status_code == 201
+    assert created.json()["roles"] == ["reader"] and created.json()["user_id"] == "analyst"
+    again = admin("PUT", "/fleethq/users/analyst", {"status": "active",
+                                                    "roles": ["reader", "worker"]})
+    assert again.status_code == 200 and again.json()["roles"] == ["reader", "worker"]
+    # A SavewebHQ client cannot name reader, so it cannot take it away either.
+    assert admin("PUT", "/admin/users/analyst", {"status": "active", "roles": ["admin"]}) \
+        .status_code == 204
+    assert sql(app, "SELECT roles FROM users WHERE id = 'analyst'") == [(["admin", "reader"],)]
+    assert admin("PUT", "/fleethq/users/analyst", {"status": "active", "roles": []}).json()["roles"] == []
+    _refused(admin("PUT", "/fleethq/users/analyst", {"roles": ["reader"]}), 400, "invalid_request")
+
+
+def test_delete_user_is_204_then_404(admin, make_user):
+    token = make_user("wk", ["worker"])
+    response = admin("DELETE", "/admin/users/wk")
+    assert response.status_code == 204 and response.content == b""
+    _refused(admin("DELETE", "/admin/users/wk"), 404, "not_found")
+    _refused(Http(admin.url, token)("GET", "/whoami"), 401, "invalid_machine_token")
+
+
+def test_machine_token_routes(admin, make_user):
+    first = make_user("wk", ["worker"])
+    viewed = admin("GET", "/admin/users/wk/machine-token")
+    assert viewed.status_code == 200 and viewed.json() == {"user_id": "wk", "token": first}
+    assert admin("GET", "/admin/users/wk/machine-token").json()["token"] == first  # repeatable
+
+    rotated = admin("POST", "/admin/users/wk/machine-token")
+    assert rotated.status_code == 201
+    assert list(rotated.json()) == ["user_id", "token"] and rotated.json()["user_id"] == "wk"
+    second = rotated.json()["token"]
+    assert second.startswith("fhq_") and second != first
+    assert admin("GET", "/admin/users/wk/machine-token").json()["token"] == second
+
+    revoked = admin("DELETE", "/admin/users/wk/machine-token")
+    assert revoked.status_code == 204 and revoked.content == b""
+    _refused(admin("DELETE", "/admin/users/wk/machine-token"), 404, "not_found")
+    _refused(admin("GET", "/admin/users/wk/machine-token"), 404, "not_found")
+    _refused(Http(admin.url, second)("GET", "/whoami"), 401, "invalid_machine_token")
+
+    for method in ("GET", "POST", "DELETE"):
+        _refused(admin(method, "/admin/users/ghost/machine-token"), 404, "not_found")
+
+
+def test_users_routes_need_an_active_admin(admin, make_user):
+    worker = Http(admin.url, make_user("wk", ["worker", "reader"]))
+    for method, path, payload in [
+            ("GET", "/admin/users", None),
+            ("PUT", "/admin/users/x", {"status": "active", "roles": []}),
+            ("PUT", "/fleethq/users/x", {"status": "active", "roles": []}),
+            ("DELETE", "/admin/users/admin", None),
+            ("GET", "/admin/users/admin/machine-token", None),
+            ("POST", "/admin/users/admin/machine-token", None),
+            ("DELETE", "/admin/users/admin/machine-token", None)]:
+        _refused(worker(method, path, payload), 403, "permission_denied")
+        _refused(Http(admin.url, "hq_unknown")(method, path, payload), 401,
+                 "invalid_machine_token")

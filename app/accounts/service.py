@@ -40,15 +40,22 @@ def _validate_user(user_id, roles, status) -> None:
                              details={"field": "status"})
 
 
-def put_user(user_id: str, roles: list[str], status: str = "active") -> tuple[User, bool]:
-    """Create or replace a user's roles and status. Commits."""
+def put_user(user_id: str, roles: list[str], status: str = "active", *,
+             keep: tuple[str, ...] = ()) -> tuple[User, bool]:
+    """Create or replace a user's roles and status. Commits.
+
+    Parameters:
+        keep: roles the user keeps if they have them, whatever ``roles`` says
+            (a caller that cannot name them must not remove them).
+    """
     _validate_user(user_id, roles, status)
     user = db.session.get(User, user_id)
     created = user is None
     if created:
         user = User(id=user_id)
         db.session.add(user)
-    user.roles = sorted(set(roles))
+    kept = [role for role in (user.roles or ()) if role in keep]
+    user.roles = sorted(set(roles) | set(kept))
     user.status = status
     user.updated_at = db.func.now()
     db.session.commit()
@@ -69,6 +76,30 @@ def delete_user(user_id: str) -> None:
 
 def list_users(limit: int = 500) -> list[User]:
     return list(db.session.scalars(select(User).order_by(User.id).limit(limit)))
+
+
+# The roles SavewebHQ's contract knows; FleetHQ's ``reader`` is not listed there.
+SAVEWEBHQ_ROLES = ("admin", "worker")
+
+
+def user_summaries() -> list[dict]:
+    """Every user as SavewebHQ's ``AdminUserSummary``, in id order."""
+    rows = db.session.execute(text(
+        "SELECT u.id, u.github_login, u.status, u.roles, u.created_at, u.updated_at, "
+        "t.token_hash, t.sealed FROM users u LEFT JOIN machine_tokens t ON t.user_id = u.id "
+        "ORDER BY u.id")).all()
+    out = []
+    for user_id, login, status, roles, created, updated, token_hash, sealed in rows:
+        summary = {"id": user_id}
+        if login:
+            summary["github_login"] = login
+        summary.update(
+            status=status, roles=[r for r in roles if r in SAVEWEBHQ_ROLES],
+            machine_token_active=token_hash is not None,
+            machine_token_viewable=viewable(user_id, token_hash, sealed),
+            created_at=int(created.timestamp()), updated_at=int(updated.timestamp()))
+        out.append(summary)
+    return out
 
 
 def user_dict(user: User) -> dict:
