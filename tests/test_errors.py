@@ -91,13 +91,15 @@ def test_revoked_token_is_401(api, client, users):
 
 
 @pytest.mark.parametrize("status", ["suspended", "pending"])
-def test_token_of_an_inactive_user_is_401(api, client, users, status):
+def test_token_of_an_inactive_user_authenticates_but_is_refused_403(api, client, users, status):
     worker = Api(client, users["worker"])
     assert worker.claim("p").status_code == 200
     response = api.call("PUT", "/api/v1/admin/users/wk", {"roles": ["worker"], "status": status})
     assert response.status_code == 204, body(response)
-    _error(worker.claim("p"), 401, "invalid_machine_token")
-    _error(worker.call("GET", "/api/v1/whoami"), 401, "invalid_machine_token")
+    # As SavewebHQ: whoami still names the user; routes needing a role refuse.
+    assert body(worker.call("GET", "/api/v1/whoami")) == {"user_id": "wk"}
+    _error(worker.claim("p"), 403, "permission_denied")
+    _error(worker.call("GET", "/api/v1/projects/p"), 403, "permission_denied")
     # Reactivated, the same token works again.
     api.call("PUT", "/api/v1/admin/users/wk", {"roles": ["worker"], "status": "active"})
     assert worker.claim("p").status_code == 200

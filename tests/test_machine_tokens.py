@@ -325,3 +325,30 @@ def test_users_routes_need_an_active_admin(admin, make_user):
         _refused(worker(method, path, payload), 403, "permission_denied")
         _refused(Http(admin.url, "hq_unknown")(method, path, payload), 401,
                  "invalid_machine_token")
+
+
+# ------------------------------------------------------------ standing (W4, W22)
+
+def test_whoami_names_a_pending_user(admin, make_user):
+    token = make_user("newcomer", ["worker"])
+    assert admin("PUT", "/admin/users/newcomer", {"status": "pending", "roles": ["worker"]}) \
+        .status_code == 204
+    response = Http(admin.url, token)("GET", "/whoami")
+    assert response.status_code == 200 and response.json() == {"user_id": "newcomer"}
+
+
+def test_a_suspended_user_is_refused_403_on_worker_and_admin_routes(admin, make_user):
+    from tests.helpers import VERSION
+    admin("PUT", "/admin/projects/p", {})
+    token = make_user("wk", ["admin", "worker"])
+    assert admin("PUT", "/admin/users/wk", {"status": "suspended", "roles": ["admin", "worker"]}) \
+        .status_code == 204
+    claim = requests.post(f"{admin.url}/api/v1/projects/p/jobs/claim", timeout=10,
+                          json={"worker_id": "w1", "max_jobs": 1, "lease_seconds": 60},
+                          headers={"Authorization": f"Bearer {token}", "X-Client-Version": VERSION})
+    _refused(claim, 403, "permission_denied")
+    _refused(Http(admin.url, token)("GET", "/admin/users"), 403, "permission_denied")
+    # An unknown project is 404 before the user's standing is looked at, as SavewebHQ.
+    missing = requests.get(f"{admin.url}/api/v1/projects/nowhere", timeout=10,
+                           headers={"Authorization": f"Bearer {token}", "X-Client-Version": VERSION})
+    _refused(missing, 404, "not_found")

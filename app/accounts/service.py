@@ -24,6 +24,9 @@ class Principal:
     roles: frozenset
     node_id: str | None = None
     node_status: str | None = None
+    # A user's status; their token authenticates whatever it is, and routes
+    # that need a role want an active user.
+    user_status: str | None = None
 
     def has(self, *roles: str) -> bool:
         return any(role in self.roles for role in roles)
@@ -243,14 +246,16 @@ TOKEN_LOOKUP_FROM = "machine_tokens t JOIN users u ON u.id = t.user_id"
 
 
 def authenticate(bearer: str, *, row=None) -> Principal:
-    """Resolve a bearer token to an active user.
+    """Resolve a bearer token to its user, whatever the user's status (as
+    SavewebHQ: whoami answers a pending user's id; routes needing a role
+    refuse users who are not active).
 
     Parameters:
         row: the ``TOKEN_LOOKUP_COLUMNS`` of this token when the caller already
             fetched them together with other data (one round trip per request).
 
     Raises:
-        InvalidToken: unknown, revoked, or belonging to a user who is not active.
+        InvalidToken: malformed, unknown or revoked.
     """
     if not tokens.well_formed(bearer):
         raise InvalidToken("invalid machine token")
@@ -259,10 +264,10 @@ def authenticate(bearer: str, *, row=None) -> Principal:
         row = db.session.execute(text(
             f"SELECT {TOKEN_LOOKUP_COLUMNS} FROM {TOKEN_LOOKUP_FROM} WHERE t.token_hash = :h"),
             {"h": token_hash}).first()
-    if row is None or row[0] is None or not tokens.matches(bearer, row[3]) or row[2] != "active":
+    if row is None or row[0] is None or not tokens.matches(bearer, row[3]):
         raise InvalidToken("invalid machine token")
     _touch(token_hash)
-    return Principal(user_id=row[0], roles=frozenset(row[1]))
+    return Principal(user_id=row[0], roles=frozenset(row[1]), user_status=row[2])
 
 
 def _touch(token_hash: str) -> None:

@@ -79,8 +79,9 @@ def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
     in one round trip.
 
     Raises:
-        InvalidToken, PermissionDenied (wrong role, pending node, revoked
-        token worker, node using another worker id), NotFound.
+        InvalidToken, PermissionDenied (not an active user with role worker,
+        pending node, revoked token worker, node using another worker id),
+        NotFound.
     """
     token = bearer()
     digest = tokens.digest(token)
@@ -93,29 +94,46 @@ def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
             raise PermissionDenied("node is waiting for approval")
         if worker_id is not None and worker_id != row[0]:
             raise PermissionDenied("a node's worker_id is its node id")
-        status, age, project_row = row[1], row[3], row[4:]
+        status, age = row[1], row[3]
+        project = _project(project_id, row[4:])
         worker = Worker(worker_id=row[0], owner=None)
     else:
         row = db.session.execute(text(_TOKEN_CALL), {"p": project_id, "h": digest, "w": worker_id}).first()
-        who = accounts.authenticate(token, row=row[:4] if row is not None else None)
-        if not who.has("worker"):
-            raise PermissionDenied("requires role worker")
-        status = row[4] or "active"
+        if row is None:
+            raise InvalidToken("invalid machine token")
+        who = accounts.authenticate(token, row=row[:4])
+        status, age = row[4] or "active", row[5]
+        # As SavewebHQ: an unknown project is 404 whoever asks; then the user
+        # must be an active worker.
+        project = _project(project_id, row[6:])
+        if not _active_user_with(who, ("worker",)):
+            raise PermissionDenied("active worker role required")
         if status == "revoked":
             raise PermissionDenied("this worker id was revoked")
-        age, project_row = row[5], row[6:]
         worker = Worker(worker_id=worker_id, owner=who.user_id)
     g.principal = who
-    project = projects.view_from_row(project_row)
-    if project is None:
-        raise projects.not_found(project_id)
     return WorkerCall(who, project, worker, status, None if age is None else float(age))
 
 
+def _project(project_id: str, project_row) -> "projects.ProjectView":
+    project = projects.view_from_row(project_row)
+    if project is None:
+        raise projects.not_found(project_id)
+    return project
+
+
+def _active_user_with(who: Principal, roles) -> bool:
+    return who.user_status == "active" and who.has(*roles)
+
+
 def require(*roles: str) -> Principal:
+    """A caller with one of ``roles``: for a user, an active one (a pending
+    or suspended user's token still authenticates, as in SavewebHQ, but is
+    refused here with 403)."""
     who = principal()
-    if not who.has(*roles):
-        raise PermissionDenied(f"requires role {' or '.join(roles)}")
+    allowed = who.has(*roles) if who.node_id is not None else _active_user_with(who, roles)
+    if not allowed:
+        raise PermissionDenied(f"active {' or '.join(roles)} role required")
     return who
 
 
@@ -126,8 +144,8 @@ def require_worker() -> Principal:
         if who.node_status == "pending":
             raise PermissionDenied("node is waiting for approval")
         return who
-    if not who.has("worker"):
-        raise PermissionDenied("requires role worker")
+    if not _active_user_with(who, ("worker",)):
+        raise PermissionDenied("active worker role required")
     return who
 
 
