@@ -51,6 +51,29 @@ def put_user(user_id: str, roles: list[str], status: str = "active", *,
         keep: roles the user keeps if they have them, whatever ``roles`` says
             (a caller that cannot name them must not remove them).
     """
+    user, created = _put_user(user_id, roles, status, keep)
+    db.session.commit()
+    return user, created
+
+
+def put_user_and_token(user_id: str, roles: list[str], token: str) -> None:
+    """Make ``user_id`` an active user with exactly ``roles`` and ``token``
+    as machine token, in one transaction (``bootstrap-user``). Commits.
+
+    Raises:
+        InvalidRequest: a bad user id, role or token.
+    """
+    try:
+        _put_user(user_id, roles, "active", ())
+        db.session.flush()
+        _install(user_id, token)
+    except Exception:
+        db.session.rollback()
+        raise
+    db.session.commit()
+
+
+def _put_user(user_id, roles, status, keep) -> tuple[User, bool]:
     _validate_user(user_id, roles, status)
     user = db.session.get(User, user_id)
     created = user is None
@@ -61,7 +84,6 @@ def put_user(user_id: str, roles: list[str], status: str = "active", *,
     user.roles = sorted(set(roles) | set(kept))
     user.status = status
     user.updated_at = db.func.now()
-    db.session.commit()
     return user, created
 
 
