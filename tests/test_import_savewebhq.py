@@ -422,8 +422,8 @@ def test_cli_shows_progress_and_one_json_summary(app, source):
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["tables"]["jobs"]["new"] == 17 + source.bulk_jobs
-    assert "import-savewebhq: read 317/317 jobs" in result.stderr
-    assert "import-savewebhq: committed" in result.stderr
+    assert "import-savewebhq: read 317/317 jobs (" in result.stderr
+    assert "import-savewebhq: committed (" in result.stderr
     again = app.test_cli_runner().invoke(
         args=["fleet", "import-savewebhq", "--from-database-url", source.url, "--dry-run"])
     assert again.exit_code == 0 and json.loads(again.stdout)["up_to_date"] is True

@@ -142,8 +142,12 @@ def run(source_url: str, *, dry_run: bool = False, batch: int = 100_000,
             FleetHQ cannot hold). Conflict: ``import_conflict``. Nothing is
             written in either case.
     """
-    say = progress or (lambda _msg: None)
     started = time.monotonic()
+
+    def say(line: str) -> None:
+        if progress is not None:
+            progress(f"{line} ({time.monotonic() - started:.1f} s)")
+
     src = stage.open_source(source_url)
     try:
         stage.check_schema(src)
