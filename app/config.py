@@ -15,7 +15,8 @@ class Defaults:
     REDIS_URL = "redis://127.0.0.1:6379/0"
     DATA_DIR = "var"
     # Body limits of DESIGN §6.
-    WORKER_BODY_LIMIT = 64 * 1024
+    WORKER_BODY_LIMIT = 64 * 1024      # fleet control bodies (DESIGN §7)
+    API_BODY_LIMIT = 8 * 1024 * 1024   # JSON bodies of the SavewebHQ operations, as SavewebHQ's
     ENQUEUE_BODY_LIMIT = 8 * 1024 * 1024
     # Source imports (§4.4).
     SOURCE_MAX_COMPRESSED = 256 * 1024 * 1024
