@@ -17,8 +17,10 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from app.errors import Conflict
 from app.extensions import db
 from app.imports import savewebhq_checks as checks
 from app.imports import savewebhq_stage as stage
@@ -175,6 +177,11 @@ def run(source_url: str, *, dry_run: bool = False, batch: int = 100_000,
             sequence = write.move_job_sequence(tgt, totals.max_job_id, write=True)
             db.session.commit()
             say("committed")
+    except psycopg.IntegrityError as exc:
+        # Only a writer racing the import gets here: the checks saw no conflict.
+        db.session.rollback()
+        raise Conflict("the target changed while importing; nothing was written, run the import "
+                       f"again: {exc}".strip(), code="import_conflict") from None
     except BaseException:
         db.session.rollback()
         raise
