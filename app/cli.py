@@ -268,5 +268,23 @@ def add_hook(project_id, name, url, secret):
         _fail(exc)
 
 
+@fleet.command("import-savewebhq")
+@click.option("--from-database-url", "source_url", required=True,
+              help="libpq URL of the SavewebHQ database (only read).")
+@click.option("--dry-run", is_flag=True, help="Read and check everything, write nothing.")
+@click.option("--batch-size", type=click.IntRange(1000), default=100_000, show_default=True,
+              help="Jobs per read and per insert statement.")
+def import_savewebhq(source_url, dry_run, batch_size):
+    """Copy a SavewebHQ tracker database into FleetHQ (progress on stderr,
+    the JSON summary on stdout)."""
+    from app.imports import savewebhq
+    try:
+        summary = savewebhq.run(source_url, dry_run=dry_run, batch=batch_size,
+                                progress=lambda line: click.echo(f"import-savewebhq: {line}", err=True))
+    except FleetError as exc:
+        _fail(exc)
+    _emit(summary)
+
+
 def init_app(app) -> None:
     app.cli.add_command(fleet)
