@@ -2,6 +2,8 @@
 
 ``FLEETHQ_<NAME>`` sets any key below (values are parsed as JSON when they
 look like JSON); ``DATABASE_URL`` and ``REDIS_URL`` keep their usual names.
+When ``DATABASE_URL`` is set nowhere, a running ``make dev`` stack found in
+the data directory supplies both (:mod:`app.devstate`).
 """
 from __future__ import annotations
 
@@ -77,7 +79,15 @@ def load(overrides: dict | None = None) -> dict:
     for key, raw in os.environ.items():
         if key.startswith("S3_") and raw:
             cfg[key] = raw
-    cfg.update(overrides or {})
+    overrides = overrides or {}
+    cfg.update(overrides)
+    if not ("DATABASE_URL" in overrides or os.environ.get("DATABASE_URL")
+            or os.environ.get("FLEETHQ_DATABASE_URL")):
+        from app import devstate
+        found = devstate.live_urls(cfg["DATA_DIR"])
+        if "REDIS_URL" in overrides or os.environ.get("REDIS_URL") or os.environ.get("FLEETHQ_REDIS_URL"):
+            found.pop("REDIS_URL", None)
+        cfg.update(found)
     if cfg.get("SECRET_KEY_FILE"):
         if cfg.get("SECRET_KEY"):
             raise ValueError("set FLEETHQ_SECRET_KEY or FLEETHQ_SECRET_KEY_FILE, not both")
