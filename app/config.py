@@ -88,9 +88,9 @@ def load(overrides: dict | None = None) -> dict:
         if "REDIS_URL" in overrides or os.environ.get("REDIS_URL") or os.environ.get("FLEETHQ_REDIS_URL"):
             found.pop("REDIS_URL", None)
         cfg.update(found)
-    if cfg.get("SECRET_KEY_FILE"):
-        if cfg.get("SECRET_KEY"):
-            raise ValueError("set FLEETHQ_SECRET_KEY or FLEETHQ_SECRET_KEY_FILE, not both")
+    if os.environ.get("FLEETHQ_SECRET_KEY") and os.environ.get("FLEETHQ_SECRET_KEY_FILE"):
+        raise ValueError("set FLEETHQ_SECRET_KEY or FLEETHQ_SECRET_KEY_FILE, not both")
+    if cfg.get("SECRET_KEY_FILE") and not cfg.get("SECRET_KEY"):  # a key given to create_app wins
         cfg["SECRET_KEY"] = read_secret_file(cfg["SECRET_KEY_FILE"])
     cfg["SQLALCHEMY_DATABASE_URI"] = sqlalchemy_url(cfg["DATABASE_URL"])
     size = cfg["FLEET_POOL_SIZE"]

@@ -238,12 +238,17 @@ def test_web_keygen_writes_a_private_secret_and_never_overwrites(tmp_path, datab
     assert path.read_text() == text
 
 
-def test_the_secret_key_can_come_from_a_web_keygen_file(tmp_path, monkeypatch):
+def test_the_secret_key_can_come_from_a_web_keygen_file(app, database_url, tmp_path, monkeypatch):
     path = tmp_path / "web.secret"
     result = cli(make_app(closed_port_url(), check_schema=False), "web-keygen", "--out", str(path))
     assert result.exit_code == 0, result.output
     monkeypatch.setenv("FLEETHQ_SECRET_KEY_FILE", str(path))
     assert make_app(closed_port_url(), check_schema=False).config["SECRET_KEY"] == path.read_text().strip()
+
+    # --database-url builds an app of its own on the same settings, key included.
+    result = cli(make_app(closed_port_url(), check_schema=False), "put-project", "--project-id", "k",
+                 "--database-url", database_url)
+    assert result.exit_code == 0, result.output
 
     path.chmod(0o640)
     with pytest.raises(ValueError, match="group or other"):
