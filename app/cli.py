@@ -8,10 +8,12 @@ import secrets
 import sys
 
 import click
+from sqlalchemy import text
 
 from app.accounts import service as accounts
 from app.cli_database import FleetGroup, database_url_option
 from app.errors import FleetError, InvalidRequest
+from app.extensions import db
 
 fleet = FleetGroup("fleet", help="Administer FleetHQ from the master host.")
 
@@ -425,6 +427,9 @@ def import_savewebhq(source_url, dry_run, batch_size):
     """Copy a SavewebHQ tracker database into FleetHQ (progress on stderr,
     the JSON summary on stdout)."""
     from app.imports import savewebhq
+    # The target first: an unreachable FleetHQ database is reported before a
+    # large source is read.
+    db.session.execute(text("SELECT 1"))
     try:
         summary = savewebhq.run(source_url, dry_run=dry_run, batch=batch_size,
                                 progress=lambda line: click.echo(f"import-savewebhq: {line}", err=True))

@@ -93,7 +93,8 @@ def open_source(url: str) -> psycopg.Connection:
     try:
         conn = psycopg.connect(url, connect_timeout=10)
     except psycopg.Error as exc:
-        raise InvalidRequest(f"cannot connect to the SavewebHQ database: {exc}".strip(),
+        reason = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        raise InvalidRequest(f"cannot connect to the SavewebHQ database: {reason}",
                              code="invalid_source") from None
     conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     conn.read_only = True
