@@ -159,4 +159,4 @@ def test_database_url_overrides_the_configured_database(database_url, live_serve
     # Without the override the configured (unreachable) database is used: a clear error.
     refused = subprocess.run(command[:7] + command[9:], cwd=ROOT, env=env, capture_output=True,
                              text=True, timeout=120)
-    assert refused.returncode == 1 and "error: bootstrap-user: database:" in refused.stderr
+    assert refused.returncode == 1 and "error: cannot connect to the database" in refused.stderr

@@ -257,6 +257,17 @@ def test_put_user_refuses_a_bad_body(admin, payload):
     assert [u["id"] for u in admin("GET", "/admin/users").json()["users"]] == ["admin"]
 
 
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded"])
+def test_put_user_refuses_a_non_json_body_as_savewebhq(admin, content_type):
+    response = requests.put(f"{admin.url}/api/v1/admin/users/robot", data='{"status": "active"}',
+                            headers={"Authorization": f"Bearer {admin.token}",
+                                     "Content-Type": content_type}, timeout=10)
+    _refused(response, 400, "invalid_request")
+    unauthenticated = requests.put(f"{admin.url}/api/v1/admin/users/robot", data="x",
+                                   headers={"Content-Type": content_type}, timeout=10)
+    _refused(unauthenticated, 401, "invalid_machine_token")  # the token is checked first
+
+
 def test_put_user_refuses_a_bad_user_id(admin):
     _refused(admin("PUT", "/admin/users/bad%20id", {"status": "active", "roles": []}),
              400, "invalid_request")

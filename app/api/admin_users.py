@@ -13,7 +13,7 @@ from app.accounts import service as accounts
 from app.api import bp
 from app.api import validate as v
 from app.api.auth import body_limit, require
-from app.errors import InvalidRequest, NotFound
+from app.errors import InvalidRequest, NotFound, TooLarge, UnsupportedMediaType
 from workers.protocol import is_identifier
 
 STATUS = v.one_of("pending", "active", "suspended")
@@ -30,9 +30,14 @@ def _user_id(raw: str) -> str:
     return raw
 
 
-def _body(schema: dict) -> dict:
-    # SavewebHQ reads admin bodies up to 8 MiB; a user body is small either way.
-    return v.check(v.json_body(body_limit("enqueue")), schema)
+def _savewebhq_body(schema: dict) -> dict:
+    """A body as SavewebHQ reads it on its operations: up to 8 MiB, and a
+    wrong content type or an oversized body is 400 invalid_request."""
+    try:
+        raw = v.json_body(body_limit("api"))
+    except (TooLarge, UnsupportedMediaType) as exc:
+        raise InvalidRequest(exc.message, details=exc.details) from None
+    return v.check(raw, schema)
 
 
 @bp.get("/admin/users")
@@ -44,7 +49,7 @@ def list_users():
 @bp.put("/admin/users/<user_id>")
 def put_user(user_id):
     require("admin")
-    body = _body(USER)
+    body = _savewebhq_body(USER)
     accounts.put_user(_user_id(user_id), body["roles"], body["status"], keep=("reader",))
     return "", 204
 
@@ -52,7 +57,7 @@ def put_user(user_id):
 @bp.put("/fleethq/users/<user_id>")
 def put_fleethq_user(user_id):
     require("admin")
-    body = _body(FLEETHQ_USER)
+    body = v.check(v.json_body(body_limit("api")), FLEETHQ_USER)
     user, created = accounts.put_user(_user_id(user_id), body["roles"], body["status"])
     return jsonify(accounts.user_dict(user)), 201 if created else 200
 
