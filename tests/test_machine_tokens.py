@@ -363,3 +363,42 @@ def test_a_suspended_user_is_refused_403_on_worker_and_admin_routes(admin, make_
     missing = requests.get(f"{admin.url}/api/v1/projects/nowhere", timeout=10,
                            headers={"Authorization": f"Bearer {token}", "X-Client-Version": VERSION})
     _refused(missing, 404, "not_found")
+
+
+# ---------------------------------------------- tokens imported by SavewebHQ digest
+
+def test_a_token_imported_by_its_savewebhq_digest_authenticates_then_becomes_viewable(
+        app, admin, make_user):
+    from app.accounts import tokens
+    from app.imports.savewebhq_stage import legacy_token_key
+    from tests.helpers import VERSION, db_rows, sql
+    token = "hq_kept-only-as-a-digest-in-savewebhq"
+    assert tokens.savewebhq_key(token) == legacy_token_key(token)  # the importer's key
+    admin("PUT", "/admin/projects/p", {"client_versions": [VERSION]})
+    with app.app_context():
+        accounts.put_user("crawler", ["worker"])
+    sql(app, "INSERT INTO machine_tokens (user_id, token_hash) VALUES ('crawler', :k)",
+        k=tokens.savewebhq_key(token))
+    _refused(admin("GET", "/admin/users/crawler/machine-token"), 404, "not_found")
+
+    claim = requests.post(f"{admin.url}/api/v1/projects/p/jobs/claim", timeout=10,
+                          json={"worker_id": "w1", "max_jobs": 1, "lease_seconds": 60},
+                          headers={"Authorization": f"Bearer {token}", "X-Client-Version": VERSION})
+    assert claim.status_code == 200, claim.text
+    # Its first use revealed it: now under FleetHQ's digest, sealed, viewable.
+    (row,) = db_rows(app, "SELECT token_hash, sealed IS NOT NULL AS sealed FROM machine_tokens "
+                          "WHERE user_id = 'crawler'")
+    assert row == {"token_hash": tokens.digest(token), "sealed": True}
+    assert admin("GET", "/admin/users/crawler/machine-token").json()["token"] == token
+    assert Http(admin.url, token)("GET", "/whoami").json() == {"user_id": "crawler"}
+    # Another token whose SavewebHQ digest is unknown stays refused.
+    _refused(Http(admin.url, "hq_other")("GET", "/whoami"), 401, "invalid_machine_token")
+
+    # whoami finds one as well (the lookup outside the worker routes).
+    with app.app_context():
+        accounts.put_user("crawler-2", ["worker"], "pending")
+    sql(app, "INSERT INTO machine_tokens (user_id, token_hash) VALUES ('crawler-2', :k)",
+        k=tokens.savewebhq_key("hq_second"))
+    assert Http(admin.url, "hq_second")("GET", "/whoami").json() == {"user_id": "crawler-2"}
+    with app.app_context():
+        assert accounts.view_token("crawler-2") == "hq_second"

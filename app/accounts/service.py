@@ -1,6 +1,7 @@
 """Users and their machine tokens."""
 from __future__ import annotations
 
+import hmac
 import threading
 import time
 from dataclasses import dataclass
@@ -265,6 +266,13 @@ _touched_lock = threading.Lock()
 
 TOKEN_LOOKUP_COLUMNS = "u.id, u.roles, u.status, t.token_hash"
 TOKEN_LOOKUP_FROM = "machine_tokens t JOIN users u ON u.id = t.user_id"
+# A token is found by FleetHQ's digest (:h) or, imported from SavewebHQ
+# without its clear text, by SavewebHQ's (:s); FleetHQ's wins a tie.
+TOKEN_LOOKUP_WHERE = "t.token_hash IN (:h, :s) ORDER BY t.token_hash = :h DESC LIMIT 1"
+
+
+def lookup_params(bearer: str) -> dict:
+    return {"h": tokens.digest(bearer), "s": tokens.savewebhq_key(bearer)}
 
 
 def authenticate(bearer: str, *, row=None) -> Principal:
@@ -281,15 +289,37 @@ def authenticate(bearer: str, *, row=None) -> Principal:
     """
     if not tokens.well_formed(bearer):
         raise InvalidToken("invalid machine token")
-    token_hash = tokens.digest(bearer)
+    params = lookup_params(bearer)
     if row is None:
         row = db.session.execute(text(
-            f"SELECT {TOKEN_LOOKUP_COLUMNS} FROM {TOKEN_LOOKUP_FROM} WHERE t.token_hash = :h"),
-            {"h": token_hash}).first()
-    if row is None or row[0] is None or not tokens.matches(bearer, row[3]):
+            f"SELECT {TOKEN_LOOKUP_COLUMNS} FROM {TOKEN_LOOKUP_FROM} WHERE {TOKEN_LOOKUP_WHERE}"),
+            params).first()
+    if row is None or row[0] is None:
         raise InvalidToken("invalid machine token")
-    _touch(token_hash)
+    if hmac.compare_digest(row[3], params["s"]):
+        _adopt_imported(row[0], bearer, params["s"])
+    elif not hmac.compare_digest(row[3], params["h"]):
+        raise InvalidToken("invalid machine token")
+    _touch(params["h"])
     return Principal(user_id=row[0], roles=frozenset(row[1]), user_status=row[2])
+
+
+def _adopt_imported(user_id: str, token: str, savewebhq_key: str) -> None:
+    """The first use of a token imported by its SavewebHQ digest reveals it:
+    store it under FleetHQ's digest, sealed, so that it becomes viewable.
+    Best effort: the token works either way."""
+    token_hash = tokens.digest(token)
+    key = _sealing_key()
+    sealed = sealing.seal(key, user_id, token_hash, token) if key is not None else None
+    try:
+        with db.session.begin_nested():
+            db.session.execute(text(
+                "UPDATE machine_tokens SET token_hash = :h, sealed = :sealed "
+                "WHERE user_id = :u AND token_hash = :s"),
+                {"h": token_hash, "sealed": sealed, "u": user_id, "s": savewebhq_key})
+        db.session.commit()
+    except IntegrityError:  # another user holds the same token under FleetHQ's digest
+        db.session.rollback()
 
 
 def _touch(token_hash: str) -> None:

@@ -18,6 +18,11 @@ import secrets
 
 USER_TOKEN_PREFIX = "fhq_"
 MAX_TOKEN_BYTES = 1024
+# A token imported from SavewebHQ without its clear text is stored under
+# SavewebHQ's own digest (SHA-256 of a prefixed token), tagged so that it
+# cannot collide with FleetHQ's digests.
+SAVEWEBHQ_DIGEST_TAG = "savewebhq-v1:"
+_SAVEWEBHQ_DIGEST_PREFIX = b"saveweb-machine-token-v1\x00"
 # What SavewebHQ refuses inside a bearer token.
 _WHITESPACE = frozenset(" \t\r\n")
 
@@ -39,6 +44,12 @@ def from_bytes(raw: bytes) -> str:
 
 def digest(token: str) -> str:
     return hashlib.sha256(token_bytes(token)).hexdigest()
+
+
+def savewebhq_key(token: str) -> str:
+    """Where a token imported by its SavewebHQ digest only is looked up."""
+    return SAVEWEBHQ_DIGEST_TAG + hashlib.sha256(
+        _SAVEWEBHQ_DIGEST_PREFIX + token_bytes(token)).hexdigest()
 
 
 def matches(token: str, stored_digest: str) -> bool:

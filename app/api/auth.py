@@ -70,7 +70,7 @@ SELECT {accounts.TOKEN_LOOKUP_COLUMNS}, tw.status,
 FROM {accounts.TOKEN_LOOKUP_FROM}
 LEFT JOIN projects p ON p.id = :p
 LEFT JOIN token_workers tw ON tw.user_id = u.id AND tw.worker_id = :w
-WHERE t.token_hash = :h
+WHERE {accounts.TOKEN_LOOKUP_WHERE}
 """
 
 
@@ -84,9 +84,9 @@ def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
         NotFound.
     """
     token = bearer()
-    digest = tokens.digest(token)
     if token.startswith(fleet.NODE_SECRET_PREFIX):
-        row = db.session.execute(text(_NODE_CALL), {"p": project_id, "h": digest}).first()
+        row = db.session.execute(text(_NODE_CALL), {"p": project_id,
+                                                    "h": tokens.digest(token)}).first()
         if row is None or not tokens.matches(token, row[2]) or row[1] in ("rejected", "revoked"):
             raise InvalidToken("invalid node secret")
         who = Principal(user_id=None, roles=frozenset({"worker"}), node_id=row[0], node_status=row[1])
@@ -98,7 +98,8 @@ def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
         project = _project(project_id, row[4:])
         worker = Worker(worker_id=row[0], owner=None)
     else:
-        row = db.session.execute(text(_TOKEN_CALL), {"p": project_id, "h": digest, "w": worker_id}).first()
+        row = db.session.execute(text(_TOKEN_CALL), {"p": project_id, "w": worker_id,
+                                                     **accounts.lookup_params(token)}).first()
         if row is None:
             raise InvalidToken("invalid machine token")
         who = accounts.authenticate(token, row=row[:4])
