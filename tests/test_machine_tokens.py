@@ -3,6 +3,7 @@ installed and authenticates (T3)."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 
 import pytest
 import requests
@@ -370,10 +371,10 @@ def test_a_suspended_user_is_refused_403_on_worker_and_admin_routes(admin, make_
 def test_a_token_imported_by_its_savewebhq_digest_authenticates_then_becomes_viewable(
         app, admin, make_user):
     from app.accounts import tokens
-    from app.imports.savewebhq_stage import legacy_token_key
     from tests.helpers import VERSION, db_rows, sql
     token = "hq_kept-only-as-a-digest-in-savewebhq"
-    assert tokens.savewebhq_key(token) == legacy_token_key(token)  # the importer's key
+    saveweb = hashlib.sha256(b"saveweb-machine-token-v1\x00" + token.encode()).hexdigest()
+    assert tokens.savewebhq_key(token) == "savewebhq-v1:" + saveweb  # the importer's key
     admin("PUT", "/admin/projects/p", {"client_versions": [VERSION]})
     with app.app_context():
         accounts.put_user("crawler", ["worker"])

@@ -46,10 +46,20 @@ def digest(token: str) -> str:
     return hashlib.sha256(token_bytes(token)).hexdigest()
 
 
+def savewebhq_digest(token: str) -> bytes:
+    """SavewebHQ's own digest of a token (its ``tracker_machine_tokens.token_hash``)."""
+    return hashlib.sha256(_SAVEWEBHQ_DIGEST_PREFIX + token_bytes(token)).digest()
+
+
+def savewebhq_key_of(saveweb_digest: bytes) -> str:
+    """The ``token_hash`` under which a token known only by its SavewebHQ
+    digest is stored."""
+    return SAVEWEBHQ_DIGEST_TAG + saveweb_digest.hex()
+
+
 def savewebhq_key(token: str) -> str:
     """Where a token imported by its SavewebHQ digest only is looked up."""
-    return SAVEWEBHQ_DIGEST_TAG + hashlib.sha256(
-        _SAVEWEBHQ_DIGEST_PREFIX + token_bytes(token)).hexdigest()
+    return savewebhq_key_of(savewebhq_digest(token))
 
 
 def matches(token: str, stored_digest: str) -> bool:
