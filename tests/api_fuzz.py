@@ -72,7 +72,7 @@ def seed_master(base: str, token: str) -> None:
     session.post(f"{base}/api/v1/admin/projects/fz-none/hooks",
                  json={"name": "sink", "url": "http://127.0.0.1:9/hook", "enabled": False},
                  timeout=30).raise_for_status()
-    session.put(f"{base}/api/v1/admin/users/fz-worker", json={"roles": ["worker"]},
+    session.put(f"{base}/api/v1/admin/users/fz-worker", json={"status": "active", "roles": ["worker"]},
                 timeout=30).raise_for_status()
     # One claimed batch, so outcomes and lease renewals have live attempts to find.
     session.post(f"{base}/api/v1/projects/fz-none/jobs/claim", timeout=30, json={

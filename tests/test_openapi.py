@@ -119,7 +119,9 @@ def test_operation_ids_are_unique_and_savewebhq_names_kept():
     ids = [op["operationId"] for ops in DOC["paths"].values() for op in ops.values()]
     assert len(ids) == len(set(ids))
     assert {"health", "whoAmI", "getProjectPolicy", "claimProjectJobs", "completeProjectJobs",
-            "failProjectJobs", "extendProjectJobLeases"} <= set(ids)
+            "failProjectJobs", "extendProjectJobLeases", "listAdminUsers", "putAdminUser",
+            "deleteAdminUser", "getAdminMachineToken", "rotateAdminMachineToken",
+            "revokeAdminMachineToken"} <= set(ids)
 
 
 def test_path_parameters_are_declared_and_typed():

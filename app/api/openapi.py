@@ -148,7 +148,10 @@ def _declared_operation(decl: Declaration, view, rule, method, refs, seen, error
         op["requestBody"] = {"required": True, "content": _content(decl.body, refs)}
     responses = {}
     for status, answer in sorted(decl.responses.items()):
-        description, body = answer if isinstance(answer, tuple) else (HTTPStatus(status).phrase, answer)
+        if isinstance(answer, tuple):
+            description, body = answer
+        else:
+            description, body = HTTPStatus(status).phrase, answer
         responses[str(status)] = {"description": description}
         if body is not None:
             responses[str(status)]["content"] = _content(body, refs)

@@ -63,11 +63,8 @@ SCHEMAS = {
         "job_counts": {"type": "object", "properties": {s: {"type": "integer"} for s in (
             "todo", "wip", "staged", "done", "failed", "reset_exhausted")}}}},
     "Job": {"type": "object", "description": "admin view of a job (attempt_history on detail)"},
-    "User": {"type": "object", "properties": {
-        "user_id": IDENT, "status": {"enum": ["active", "pending", "suspended"]},
-        "roles": {"type": "array", "items": {"enum": ["admin", "worker", "reader"]}},
-        "has_machine_token": {"type": "boolean"}, "created_at": TS, "updated_at": TS}},
 }
+
 
 def _body(properties, required):
     return {"required": True, **_json({"type": "object", "additionalProperties": False,
@@ -94,7 +91,6 @@ def _query(name, schema):
 
 P = _path("project_id")
 PJ = _path("project_id", "job_id")
-U = _path("user_id")
 ADMIN_P = "/api/v1/admin/projects/{project_id}"
 
 PATHS = {
@@ -132,24 +128,8 @@ PATHS = {
     },
     f"{ADMIN_P}/jobs/{{job_id}}/requeue": {"post": _op("Requeue a failed or exhausted job",
                                                        params=PJ, ok=_ref("Job"))},
-    "/api/v1/admin/users": {"get": _op("List users", ok={"type": "object", "properties": {
-        "users": {"type": "array", "items": _ref("User")}}})},
-    "/api/v1/admin/users/{user_id}": {
-        "put": _op("Create or change a user", params=U, ok=_ref("User"), body=_body({
-            "roles": {"type": "array", "items": {"enum": ["admin", "worker", "reader"]}},
-            "status": {"enum": ["active", "pending", "suspended"]}}, ["roles"])),
-        "delete": _op("Delete a user", params=U, ok_code="204"),
-    },
-    "/api/v1/admin/users/{user_id}/machine-token": {
-        "post": _op("Rotate: a new token, shown once", params=U, ok={"type": "object", "properties": {
-            "user_id": IDENT, "token": {"type": "string"}}}),
-        "get": _op("Token metadata (never the token)", params=U, ok={"type": "object"}),
-        "delete": _op("Revoke the token", params=U, ok_code="204"),
-    },
 }
 
-# PUT answers 201 when it creates the project or the user.
+# PUT answers 201 when it creates the project.
 PATHS[ADMIN_P]["put"]["responses"]["201"] = {"description": "Created",
                                              **_json(_ref("ProjectSummary"))}
-PATHS["/api/v1/admin/users/{user_id}"]["put"]["responses"]["201"] = {
-    "description": "Created", **_json(_ref("User"))}

@@ -21,8 +21,8 @@ from workers.protocol import JsonTooDeep, strict_json_loads
 __all__ = ["API_ERROR", "ERROR_ENVELOPE", "INT64_MAX", "InvalidRequest", "Media", "Optional",
            "any_object", "any_of", "any_value", "array", "boolean", "check", "const", "custom",
            "declare", "identifier", "int_range", "json_body", "json_object", "json_pattern",
-           "list_of", "map_of", "named", "nullable", "number", "obj", "one_of", "query", "read_body",
-           "schema_of", "string", "text", "timestamp"]
+           "list_of", "map_of", "named", "nullable", "number", "obj", "one_of", "query",
+           "read_body", "schema_of", "string", "text", "timestamp"]
 
 _fail = fail  # the name older call sites use
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
+from app.accounts import service as accounts
 from app.errors import NotFound
 from app.extensions import db
 from app.hooks import deliveries
@@ -54,6 +55,21 @@ def deliveries_for_attempts(project_id: str, attempt_ids: list[int]) -> list[dic
     return [deliveries.get(i) for i in ids]
 
 
+WORKER_SEARCH_LIMIT = 200
+
+
+def worker_owners(worker_id: str) -> list[dict]:
+    """SavewebHQ's worker search: the user a worker id is mapped to (exact
+    match; a worker id names one user), with its standing as a token worker."""
+    rows = db.session.execute(text("""
+        SELECT m.worker_id, m.user_id, extract(epoch FROM m.updated_at), u.status, tw.status
+        FROM worker_users m JOIN users u ON u.id = m.user_id
+        LEFT JOIN token_workers tw ON tw.user_id = m.user_id AND tw.worker_id = m.worker_id
+        WHERE m.worker_id = :w LIMIT :n"""), {"w": worker_id, "n": WORKER_SEARCH_LIMIT}).all()
+    return [{"worker_id": r[0], "user_id": r[1], "seen_at": r[2], "user_status": r[3],
+             "worker_status": r[4]} for r in rows]
+
+
 def live_jobs_of_worker(worker_id: str, owner: str | None, limit: int = 50) -> list[dict]:
     """Jobs a worker holds now (wip or staged), via the live-worker partial index."""
     rows = db.session.execute(text(
@@ -74,6 +90,7 @@ def users_overview(limit: int = 500) -> list[dict]:
     rows = db.session.execute(text(
         "SELECT u.id, u.status, u.roles, u.github_login, u.created_at, "
         "t.created_at AS token_created_at, t.last_used_at AS token_last_used_at, "
+        "t.token_hash, t.sealed, "
         "(SELECT count(*) FROM page_sessions s WHERE s.user_id = u.id AND s.expires_at > now()) "
         "AS sessions "
         "FROM users u LEFT JOIN machine_tokens t ON t.user_id = u.id ORDER BY u.id LIMIT :n"),
@@ -85,6 +102,7 @@ def users_overview(limit: int = 500) -> list[dict]:
     return [{"user_id": r["id"], "status": r["status"], "roles": list(r["roles"]),
              "github_login": r["github_login"], "created_at": ts(r["created_at"]),
              "token": {"exists": r["token_created_at"] is not None,
+                       "viewable": accounts.viewable(r["id"], r["token_hash"], r["sealed"]),
                        "created_at": ts(r["token_created_at"]),
                        "last_used_at": ts(r["token_last_used_at"])},
              "sessions": int(r["sessions"])} for r in rows]
