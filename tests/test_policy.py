@@ -1,6 +1,8 @@
-"""Project policy (DESIGN §5) and the worker-facing shapes of §6: defaults,
+"""Project policy (DESIGN §5) through FleetHQ's own project routes
+(``/api/v1/fleethq/projects``), and the worker-facing shapes of §6: defaults,
 partial changes, policy_version, field ranges, exact response fields, claim
-clamping and filters, project status, in-flight caps, summaries, delete."""
+clamping and filters, project status, in-flight caps, summaries, delete.
+The v1 contract's admin project routes are covered in test_admin_contract.py."""
 from __future__ import annotations
 
 import time
@@ -51,11 +53,11 @@ def _error(response, status: int, code: str) -> dict:
 
 
 def _put(api, project_id, fields, method="PUT"):
-    return api.call(method, f"/api/v1/admin/projects/{project_id}", fields)
+    return api.call(method, f"/api/v1/fleethq/projects/{project_id}", fields)
 
 
 def _summary(api, project_id) -> dict:
-    response = api.call("GET", f"/api/v1/admin/projects/{project_id}")
+    response = api.call("GET", f"/api/v1/fleethq/projects/{project_id}")
     assert response.status_code == 200, body(response)
     return body(response)
 
@@ -114,11 +116,11 @@ def test_summary_counts_jobs_by_state(api):
 
 
 def test_list_projects(api):
-    assert body(api.call("GET", "/api/v1/admin/projects")) == {"projects": []}
+    assert body(api.call("GET", "/api/v1/fleethq/projects")) == {"projects": []}
     api.put_project("b-proj", kind="pdf")
     api.put_project("a-proj")
     api.enqueue("a-proj", values(2))
-    response = api.call("GET", "/api/v1/admin/projects")
+    response = api.call("GET", "/api/v1/fleethq/projects")
     assert response.status_code == 200
     listing = body(response)
     assert set(listing) == {"projects"}
@@ -131,15 +133,15 @@ def test_list_projects(api):
 
 
 def test_get_unknown_project_is_404(api):
-    _error(api.call("GET", "/api/v1/admin/projects/nope"), 404, "not_found")
+    _error(api.call("GET", "/api/v1/fleethq/projects/nope"), 404, "not_found")
     _error(_put(api, "nope", {"max_resets": 1}, "PATCH"), 404, "not_found")
-    _error(api.call("GET", "/api/v1/admin/projects/nope"), 404, "not_found")
+    _error(api.call("GET", "/api/v1/fleethq/projects/nope"), 404, "not_found")
 
 
 @pytest.mark.parametrize("project_id", ["has%20space", "x" * 129, "a%3Fb", "%C3%A4"])
 def test_project_id_must_be_an_identifier(api, project_id):
     _error(_put(api, project_id, {}), 400, "invalid_request")
-    assert body(api.call("GET", "/api/v1/admin/projects"))["projects"] == []
+    assert body(api.call("GET", "/api/v1/fleethq/projects"))["projects"] == []
 
 
 def test_body_id_must_match_url(api):
@@ -253,7 +255,7 @@ def test_field_ranges_are_enforced(api, field, value):
     # On creation: nothing is created.
     err = _error(_put(api, "p", {field: value}), 400, "invalid_request")
     assert err["details"]["field"] == field
-    _error(api.call("GET", "/api/v1/admin/projects/p"), 404, "not_found")
+    _error(api.call("GET", "/api/v1/fleethq/projects/p"), 404, "not_found")
     # On change: nothing changes.
     api.put_project("p")
     before = _summary(api, "p")
@@ -266,7 +268,7 @@ def test_a_huge_integer_rate_is_a_client_error(api):
     """10**400 is a JSON number > 0 but no finite double: 400, not a crash."""
     api.put_project("p")
     raw = '{"dispatch_qps": 1' + "0" * 400 + "}"
-    response = api.client.patch("/api/v1/admin/projects/p", data=raw,
+    response = api.client.patch("/api/v1/fleethq/projects/p", data=raw,
                                 headers={**api.headers, "Content-Type": "application/json"})
     err = _error(response, 400, "invalid_request")
     assert err["details"]["field"] == "dispatch_qps"

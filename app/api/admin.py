@@ -1,4 +1,8 @@
-"""Admin routes (machine token with role admin): projects, jobs, users, tokens."""
+"""Admin routes (machine token with role admin): projects, jobs, users, tokens.
+
+The project and job routes answer exactly the v1 contract (DESIGN §6);
+FleetHQ's fuller views of the same projects and jobs are in ``fleethq_admin``.
+"""
 from __future__ import annotations
 
 from flask import current_app, jsonify, request
@@ -18,13 +22,13 @@ MAX_JOBS_PER_BATCH = 10_000
 @bp.get("/admin/projects")
 def list_projects():
     require("admin")
-    return jsonify(projects=service.list_summaries())
+    return jsonify(projects=service.list_summaries(view=service.contract_summary))
 
 
 @bp.get("/admin/projects/<project_id>")
 def get_project(project_id):
     require("admin")
-    return jsonify(service.summary(service.get(project_id)))
+    return jsonify(service.contract_summary(service.get(project_id)))
 
 
 @bp.route("/admin/projects/<project_id>", methods=["PUT", "PATCH"])
@@ -176,3 +180,7 @@ def revoke_token(user_id):
     require("admin")
     accounts.revoke_token(user_id)
     return "", 204
+
+
+# FleetHQ's fuller views register on the same blueprint.
+from app.api import fleethq_admin  # noqa: E402,F401

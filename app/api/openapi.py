@@ -308,6 +308,27 @@ PATHS = {
 }
 
 
+# FleetHQ's own admin routes: the full project and job views (kind, pdf
+# policy, staged counts, attempt history) beside the contract's admin routes.
+FLEETHQ_P = "/api/v1/fleethq/projects/{project_id}"
+PATHS.update({
+    "/api/v1/fleethq/projects": {"get": _op("List projects (FleetHQ view)", ok={
+        "type": "object", "properties": {"projects": {"type": "array",
+                                                      "items": _ref("ProjectSummary")}}})},
+    FLEETHQ_P: {
+        "get": _op("Project (FleetHQ view)", params=P, ok=_ref("ProjectSummary")),
+        "put": {**_op("Create (201, with kind) or replace a project's policy", params=P,
+                      ok=_ref("ProjectSummary"),
+                      body={"required": True, **_json(_ref("ProjectPolicyInput"))}),
+                "responses": {"200": {"description": "replaced", **_json(_ref("ProjectSummary"))},
+                              "201": {"description": "created", **_json(_ref("ProjectSummary"))},
+                              **ERRORS}},
+        "patch": _op("Change some policy fields", params=P, ok=_ref("ProjectSummary"),
+                     body={"required": True, **_json(_ref("ProjectPolicyInput"))}),
+    },
+})
+
+
 def document() -> dict:
     return {
         "openapi": "3.1.0",

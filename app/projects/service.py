@@ -11,6 +11,12 @@ from app.projects import counters, policy
 from app.projects.models import Project, ProjectDispatch
 
 SUMMARY_FIELDS = ("id",) + policy.POLICY_FIELDS + ("policy_version",)
+# The v1 contract's AdminProjectSummary: exactly these fields, plus
+# ``job_counts`` of the five contract states and the two timestamps.
+CONTRACT_SUMMARY_FIELDS = ("id", "status", "identity_mode", "claim_order", "dispatch_qps",
+                           "worker_claim_qps", "max_jobs_per_claim", "max_resets",
+                           "recommended_lease_seconds", "client_versions", "policy_version")
+CONTRACT_STATES = ("todo", "wip", "done", "failed", "reset_exhausted")
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,7 @@ def delete(project_id: str) -> None:
 
 
 def summary(project: Project, counts: dict | None = None) -> dict:
+    """FleetHQ's full view: kind, every policy field, counts of all six states."""
     out = {name: getattr(project, name) for name in SUMMARY_FIELDS}
     out["job_counts"] = counts if counts is not None else counters.job_counts([project.id])[project.id]
     out["created_at"] = int(project.created_at.timestamp())
@@ -143,10 +150,32 @@ def summary(project: Project, counts: dict | None = None) -> dict:
     return out
 
 
-def list_summaries(limit: int = 500) -> list[dict]:
+def contract_counts(counts: dict) -> dict:
+    """The five contract states; a ``staged`` job (an upload waiting for its
+    archive commit) is still in flight, so it counts as ``wip``."""
+    out = {state: counts.get(state, 0) for state in CONTRACT_STATES}
+    out["wip"] += counts.get("staged", 0)
+    return out
+
+
+def contract_summary(project: Project, counts: dict | None = None) -> dict:
+    """The v1 contract's AdminProjectSummary: exactly its 14 fields."""
+    if counts is None:
+        counts = counters.job_counts([project.id])[project.id]
+    out = {name: getattr(project, name) for name in CONTRACT_SUMMARY_FIELDS}
+    out["client_versions"] = list(project.client_versions)
+    out["job_counts"] = contract_counts(counts)
+    out["created_at"] = int(project.created_at.timestamp())
+    out["updated_at"] = int(project.updated_at.timestamp())
+    return out
+
+
+def list_summaries(limit: int = 500, *, view=summary) -> list[dict]:
+    """Projects in id order, each rendered by ``view`` (``summary`` or
+    ``contract_summary``); the counts of all of them come from one query."""
     projects = db.session.scalars(select(Project).order_by(Project.id).limit(limit)).all()
     counts = counters.job_counts([p.id for p in projects])
-    return [summary(p, counts[p.id]) for p in projects]
+    return [view(p, counts[p.id]) for p in projects]
 
 
 def worker_policy(project: Project, refresh_ms: int) -> dict:
