@@ -372,7 +372,7 @@ def test_enqueue_into_unknown_project_is_404(api):
 def test_archived_project_refuses_enqueue(api):
     api.put_project("p")
     _enqueued(api.enqueue("p", values(1)), 1, 1, "p")
-    assert api.call("PATCH", "/api/v1/admin/projects/p", {"status": "archived"}).status_code == 200
+    assert api.call("PATCH", "/api/v1/fleethq/projects/p", {"status": "archived"}).status_code == 200
     err = _error(api.enqueue("p", values(3, "late")), 409, "project_not_active")
     assert err["details"].get("status") == "archived"
     assert api.counts("p") == {**ZERO, "todo": 1}

@@ -111,11 +111,17 @@ def test_token_of_a_deleted_user_is_401(api, client, users):
 # ------------------------------------------------------------------------ 403
 
 
+CONTRACT_PROJECT = {"status": "active", "dispatch_qps": None, "worker_claim_qps": None,
+                    "max_jobs_per_claim": 256, "client_versions": []}
 ADMIN_ROUTES = [
     ("GET", "/api/v1/admin/projects", None),
     ("GET", "/api/v1/admin/projects/p", None),
-    ("PUT", "/api/v1/admin/projects/q", {}),
-    ("PATCH", "/api/v1/admin/projects/p", {"max_resets": 1}),
+    ("PUT", "/api/v1/admin/projects/q", CONTRACT_PROJECT),
+    ("PUT", "/api/v1/admin/projects/p", {**CONTRACT_PROJECT, "max_resets": 1}),
+    ("GET", "/api/v1/fleethq/projects", None),
+    ("GET", "/api/v1/fleethq/projects/p", None),
+    ("PUT", "/api/v1/fleethq/projects/q", {}),
+    ("PATCH", "/api/v1/fleethq/projects/p", {"max_resets": 1}),
     ("DELETE", "/api/v1/admin/projects/p", None),
     ("POST", "/api/v1/admin/projects/p/jobs", {"jobs": values(1)}),
     ("GET", "/api/v1/admin/projects/p/jobs", None),
@@ -231,8 +237,8 @@ def test_non_json_number_literals_are_400(api, client, admin_token, literal):
 
 @pytest.mark.parametrize("path", ["/api/v1/admin/projects/p/jobs", "/api/v1/admin/projects/p"])
 def test_admin_routes_refuse_trailing_data_and_non_objects(api, client, admin_token, path):
-    method = "POST" if path.endswith("/jobs") else "PATCH"
-    doc = json.dumps({"jobs": values(1)} if method == "POST" else {"max_resets": 1})
+    method = "POST" if path.endswith("/jobs") else "PUT"
+    doc = json.dumps({"jobs": values(1)} if method == "POST" else {**CONTRACT_PROJECT, "max_resets": 1})
     for data in (doc + " {}", doc + "]", "[" + doc + "]", "null"):
         _error(_raw(client, method, path, data, token=admin_token), 400, "invalid_request")
     summary = body(api.call("GET", "/api/v1/admin/projects/p"))
@@ -381,7 +387,8 @@ def test_enqueue_body_over_8_mib_is_413_and_below_is_accepted(api, client, admin
 @pytest.mark.parametrize("method, path", [("POST", CLAIM_PATH),
                                           ("POST", "/api/v1/projects/p/jobs/complete"),
                                           ("POST", "/api/v1/admin/projects/p/jobs"),
-                                          ("PATCH", "/api/v1/admin/projects/p"),
+                                          ("PUT", "/api/v1/admin/projects/p"),
+                                          ("PATCH", "/api/v1/fleethq/projects/p"),
                                           ("PUT", "/api/v1/admin/users/someone")])
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded",
                                           "application/zstd"])
@@ -457,7 +464,7 @@ def test_empty_allow_list_blocks_every_worker(client, admin_token):
             err = _error(response, 426, "client_upgrade_required")
             assert err["details"]["client_versions"] == []
     # Allow-listing the version lets the same worker in.
-    api.call("PATCH", "/api/v1/admin/projects/p", {"client_versions": [VERSION]})
+    api.call("PATCH", "/api/v1/fleethq/projects/p", {"client_versions": [VERSION]})
     assert len(body(api.claim("p"))["jobs"]) == 1
 
 
@@ -537,7 +544,8 @@ def test_every_api_response_is_no_store(api, client, admin_token):
         api.complete("p", [job]),
         api.call("GET", "/api/v1/admin/users"),
         api.call("GET", "/api/v1/admin/users/admin/machine-token"),
-        api.call("PUT", "/api/v1/admin/projects/q", {}),
+        api.call("PUT", "/api/v1/fleethq/projects/q", {}),
+        api.call("GET", "/api/v1/fleethq/projects/q"),
         api.call("DELETE", "/api/v1/admin/projects/q"),
         api.call("GET", "/api/v1/nothing-here"),
         client.get("/api/v1/admin/projects"),

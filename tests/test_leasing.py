@@ -674,7 +674,7 @@ def test_draining_project_still_takes_reports_of_in_flight_attempts(api, app):
     api.put_project("p")
     api.enqueue("p", values(5))
     a, b, c, d = claim_jobs(api, "p", max_jobs=4)
-    response = api.call("PATCH", "/api/v1/admin/projects/p", {"status": "draining"})
+    response = api.call("PATCH", "/api/v1/fleethq/projects/p", {"status": "draining"})
     assert response.status_code == 200 and body(response)["status"] == "draining"
 
     response = api.claim("p")

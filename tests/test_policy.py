@@ -169,7 +169,7 @@ def test_full_put_resets_omitted_fields(api):
     replaced = body(_put(api, "p", {"client_versions": ["y"]}))
     assert replaced["max_resets"] == 3
     assert replaced["client_versions"] == ["y"]
-    assert replaced["policy_version"] == 2  # max_resets changed
+    assert replaced["policy_version"] == 2  # one change of the policy, one bump
 
 
 def test_patch_can_clear_nullable_fields(api):
@@ -180,8 +180,8 @@ def test_patch_can_clear_nullable_fields(api):
     assert cleared["task_timeout_seconds"] is None
 
 
-SCHEDULING_CHANGES = {
-    "claim_order": "random", "dispatch_qps": 10.0, "worker_claim_qps": 2.0,
+VERSIONED_CHANGES = {
+    "client_versions": sorted([VERSION, "other-2"]), "dispatch_qps": 10.0, "worker_claim_qps": 2.0,
     "max_jobs_per_claim": 10, "max_resets": 5, "recommended_lease_seconds": 120,
     "retry_backoff_seconds": 5, "max_in_flight": 4, "max_worker_in_flight": 2,
     "prefer_new_worker": True, "task_timeout_seconds": 600, "attempt_timeout_seconds": 60,
@@ -189,24 +189,27 @@ SCHEDULING_CHANGES = {
 }
 
 
-@pytest.mark.parametrize("field", sorted(SCHEDULING_CHANGES))
-def test_scheduling_change_bumps_policy_version(api, field):
+@pytest.mark.parametrize("field", sorted(VERSIONED_CHANGES))
+def test_versioned_change_bumps_policy_version(api, field):
     api.put_project("p")
     assert _worker_policy(api, "p")["policy_version"] == 1
-    changed = _patch(api, "p", **{field: SCHEDULING_CHANGES[field]})
-    assert changed[field] == SCHEDULING_CHANGES[field]
+    changed = _patch(api, "p", **{field: VERSIONED_CHANGES[field]})
+    assert changed[field] == VERSIONED_CHANGES[field]
     assert changed["policy_version"] == 2
     assert _worker_policy(api, "p")["policy_version"] == 2
     assert body(api.claim("p"))["policy_version"] == 2
     # Setting the same value again is no change.
-    assert _patch(api, "p", **{field: SCHEDULING_CHANGES[field]})["policy_version"] == 2
+    assert _patch(api, "p", **{field: VERSIONED_CHANGES[field]})["policy_version"] == 2
 
 
-def test_status_and_client_versions_do_not_bump_policy_version(api):
+def test_status_and_claim_order_do_not_bump_policy_version(api):
+    """Workers never see the claim order (the server applies it) and learn
+    the status from 409 project_not_active: no reason to re-read the policy."""
     api.put_project("p")
     assert _patch(api, "p", status="draining")["policy_version"] == 1
     assert _patch(api, "p", status="active")["policy_version"] == 1
-    assert _patch(api, "p", client_versions=[VERSION, "other-2"])["policy_version"] == 1
+    assert _patch(api, "p", claim_order="random")["policy_version"] == 1
+    assert _patch(api, "p", claim_order="fifo")["policy_version"] == 1
     assert _worker_policy(api, "p")["policy_version"] == 1
 
 
@@ -240,7 +243,9 @@ INVALID_FIELDS = [
     ("task_timeout_seconds", 59), ("attempt_timeout_seconds", 14),
     ("upload_timeout_seconds", 9), ("upload_timeout_seconds", 601), ("upload_timeout_seconds", None),
     ("client_versions", [f"v{i}" for i in range(65)]), ("client_versions", "v1"),
-    ("client_versions", [1]), ("client_versions", [""]),
+    ("client_versions", [1]), ("client_versions", [""]), ("client_versions", [" v1"]),
+    ("client_versions", ["v1\t"]), ("client_versions", ["v1", "v2", "v1"]),
+    ("client_versions", ["x" * 129]), ("client_versions", ["é" * 65]),
     ("max_in_flight", 0), ("max_worker_in_flight", 0), ("max_worker_in_flight", False),
     ("prefer_new_worker", "yes"), ("prefer_new_worker", 1),
     ("claim_order", "lifo"), ("status", "paused"), ("status", None),
@@ -281,7 +286,8 @@ VALID_EDGES = [
     ("dispatch_qps", 1e300), ("task_timeout_seconds", 60), ("attempt_timeout_seconds", 15),
     ("upload_timeout_seconds", 10), ("upload_timeout_seconds", 600), ("max_in_flight", 1),
     ("max_worker_in_flight", 1), ("client_versions", [f"v{i}" for i in range(64)]),
-    ("client_versions", []),
+    ("client_versions", []), ("client_versions", ["x" * 128]), ("client_versions", ["é" * 64]),
+    ("client_versions", ["v 1"]),
 ]
 
 

@@ -438,7 +438,7 @@ def test_only_admins_import(src, project, make_user):
 def test_unknown_and_archived_projects(src, project):
     response = src.post("no-such-project", pack(values(1)))
     assert response.status_code == 404
-    src.api.call("PATCH", f"/api/v1/admin/projects/{project}", {"status": "archived"})
+    src.api.call("PATCH", f"/api/v1/fleethq/projects/{project}", {"status": "archived"})
     response = src.post(project, pack(values(1)))
     assert response.status_code == 409
     assert error(response)["code"] == "project_not_active"

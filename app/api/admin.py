@@ -31,15 +31,12 @@ def get_project(project_id):
     return jsonify(service.contract_summary(service.get(project_id)))
 
 
-@bp.route("/admin/projects/<project_id>", methods=["PUT", "PATCH"])
+@bp.put("/admin/projects/<project_id>")
 def put_project(project_id):
+    """The contract's PUT: 200 with the summary on creation and on change."""
     require("admin")
-    body = v.json_body(body_limit("worker"))
-    if "id" in body and body.pop("id") != project_id:
-        raise InvalidRequest("id in the body does not match the URL", details={"field": "id"})
-    body.pop("policy_version", None)  # owned by the server
-    project, created = service.put(project_id, body, partial=request.method == "PATCH")
-    return jsonify(service.summary(project)), 201 if created else 200
+    project, _ = service.put_contract(project_id, v.json_body(body_limit("enqueue")))
+    return jsonify(service.contract_summary(project))
 
 
 @bp.delete("/admin/projects/<project_id>")

@@ -185,8 +185,6 @@ PATHS = {
         "get": _op("Project summary", params=P, ok=_ref("ProjectSummary")),
         "put": _op("Create or replace a project", params=P, ok=_ref("ProjectSummary"),
                    body={"required": True, **_json(_ref("ProjectPolicyInput"))}),
-        "patch": _op("Change some policy fields", params=P, ok=_ref("ProjectSummary"),
-                     body={"required": True, **_json(_ref("ProjectPolicyInput"))}),
         "delete": _op("Delete a project without jobs in flight", params=P, ok_code="204"),
     },
     f"{ADMIN_P}/jobs": {

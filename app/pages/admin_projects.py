@@ -66,7 +66,9 @@ def policy_from_form(form, allowed) -> dict:
         elif name in RATES:
             fields[name] = _rate(name, raw)
         elif name == "client_versions":
-            fields[name] = [v.strip() for v in raw.splitlines() if v.strip()]
+            # One version a line; blank lines, stray spaces and repeats are
+            # typing slips in a text box, not values (the API refuses them).
+            fields[name] = list(dict.fromkeys(v.strip() for v in raw.splitlines() if v.strip()))
         else:
             fields[name] = raw.strip()
     return fields

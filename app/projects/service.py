@@ -73,8 +73,46 @@ def get(project_id: str, *, lock: bool = False) -> Project:
     return project
 
 
+def _locked(project_id: str) -> Project | None:
+    return db.session.scalars(
+        select(Project).where(Project.id == project_id).with_for_update()).first()
+
+
+def _create(project_id: str, values: dict) -> Project:
+    project = Project(id=project_id, policy_version=1, **values)
+    db.session.add(project)
+    db.session.add(ProjectDispatch(project_id=project_id, tokens=0.0))
+    db.session.commit()
+    return project
+
+
+def _check_fixed(project: Project, clean: dict) -> None:
+    for name in policy.FIXED_FIELDS & clean.keys():
+        if clean[name] != getattr(project, name):
+            raise InvalidRequest(f"{name} is fixed at project creation", details={"field": name})
+
+
+def _change(project: Project, clean: dict) -> Project:
+    """Apply policy values to a locked project, bumping ``policy_version``
+    when a versioned field changes. Commits."""
+    bump = any(name in policy.VERSIONED_FIELDS and getattr(project, name) != value
+               for name, value in clean.items())
+    for name, value in clean.items():
+        setattr(project, name, value)
+    if bump:
+        project.policy_version += 1
+    project.updated_at = db.func.now()
+    db.session.commit()
+    if clean.get("status") == "active" or bump:
+        # A reactivated project or a looser policy may release waiting claimers.
+        from app.projects import wakeups
+        wakeups.notify(project.id)
+        db.session.commit()
+    return project
+
+
 def put(project_id: str, fields: dict, *, partial: bool) -> tuple[Project, bool]:
-    """Create a project or change its policy. Commits.
+    """Create a project or change its policy (FleetHQ's own semantics). Commits.
 
     Parameters:
         fields: policy fields (validated here).
@@ -90,41 +128,48 @@ def put(project_id: str, fields: dict, *, partial: bool) -> tuple[Project, bool]
     """
     policy.validate_project_id(project_id)
     clean = policy.validate_fields(fields)
-    project = db.session.scalars(
-        select(Project).where(Project.id == project_id).with_for_update()).first()
+    project = _locked(project_id)
     if project is None:
         if partial:
             raise not_found(project_id)
         values = policy.defaults(clean.get("kind", "generic"))
         values.update(clean)
-        project = Project(id=project_id, policy_version=1, **values)
-        db.session.add(project)
-        db.session.add(ProjectDispatch(project_id=project_id, tokens=0.0))
-        db.session.commit()
-        return project, True
-
-    for name in policy.FIXED_FIELDS & clean.keys():
-        if clean[name] != getattr(project, name):
-            raise InvalidRequest(f"{name} is fixed at project creation", details={"field": name})
+        return _create(project_id, values), True
+    _check_fixed(project, clean)
     if not partial:
         base = policy.defaults(project.kind)
         base.update({k: getattr(project, k) for k in policy.FIXED_FIELDS})
         base.update(clean)
         clean = base
-    bump = any(name in policy.SCHEDULING_FIELDS and getattr(project, name) != value
-               for name, value in clean.items())
-    for name, value in clean.items():
-        setattr(project, name, value)
-    if bump:
-        project.policy_version += 1
-    project.updated_at = db.func.now()
-    db.session.commit()
-    if clean.get("status") == "active" or bump:
-        # A reactivated project or a looser policy may release waiting claimers.
-        from app.projects import wakeups
-        wakeups.notify(project_id)
-        db.session.commit()
-    return project, False
+    return _change(project, clean), False
+
+
+def put_contract(project_id: str, fields: dict) -> tuple[Project, bool]:
+    """Create a project or change it with the v1 contract's PUT. Commits.
+
+    A new project is generic with the defaults for what the request leaves
+    out. On an existing project the request sets the fields it names, keeps
+    ``identity_mode`` and ``claim_order`` when omitted, returns an omitted
+    ``max_resets`` / ``recommended_lease_seconds`` to its default, and never
+    touches the kind or FleetHQ's own fields (a pdf project stays pdf).
+
+    Raises:
+        InvalidRequest: unknown or missing fields, bad values, or a
+        different ``identity_mode``.
+    """
+    policy.validate_project_id(project_id)
+    clean = policy.validate_contract_request(fields)
+    project = _locked(project_id)
+    if project is None:
+        values = policy.defaults("generic")
+        values.update(clean)
+        return _create(project_id, values), True
+    _check_fixed(project, clean)
+    defaults = policy.defaults(project.kind)
+    for name in policy.CONTRACT_OPTIONAL:
+        if name not in clean and name not in policy.CONTRACT_KEPT_WHEN_OMITTED:
+            clean[name] = defaults[name]
+    return _change(project, clean), False
 
 
 def delete(project_id: str) -> None:
