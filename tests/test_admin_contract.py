@@ -263,3 +263,207 @@ def test_patch_is_not_a_contract_operation(api):
     assert _summary(api, "p")["max_resets"] == 3
     # FleetHQ's own route keeps PATCH.
     assert _ok(api.call("PATCH", f"{FLEETHQ}/p", {"max_resets": 1}))["max_resets"] == 1
+
+
+# ------------------------------------------------------- jobs: AdminJob (A7, A8, R3)
+
+JOB_KEYS = {"value", "type", "job_id", "random_key", "status", "attempt_id", "worker_id",
+            "lease_expires_at", "reset_count", "outcome", "artifact_receipts", "execution_error",
+            "created_at", "updated_at", "completed_at"}
+RECEIPT = {"id": "r-1", "issuer": "archive.example.org", "object_id": "bucket/obj-1",
+           "checksum": "sha256:" + "ab" * 32, "size_bytes": 1234, "accepted_at": 1_700_000_000}
+
+
+def _jobs(api, project_id: str, query: str = "") -> dict:
+    return _ok(api.call("GET", f"{ADMIN}/{project_id}/jobs?{query}"))
+
+
+def _job(api, project_id: str, job_id) -> dict:
+    return _ok(api.call("GET", f"{ADMIN}/{project_id}/jobs/{job_id}"))
+
+
+def _complete(api, project_id, job, outcome, receipts=None):
+    item = {"job_id": job["job_id"], "attempt_id": job["attempt_id"], "outcome": outcome}
+    if receipts is not None:
+        item["artifact_receipts"] = receipts
+    response = api.call("POST", f"/api/v1/projects/{project_id}/jobs/complete",
+                        {"worker_id": "w1", "items": [item]})
+    assert body(response)["results"][0]["status"] == "applied", body(response)
+
+
+def _fail(api, project_id, job, retryable, error):
+    response = api.call("POST", f"/api/v1/projects/{project_id}/jobs/fail", {
+        "worker_id": "w1", "items": [{"job_id": job["job_id"], "attempt_id": job["attempt_id"],
+                                      "retryable": retryable, "error": error}]})
+    assert body(response)["results"][0]["status"] == "applied", body(response)
+
+
+def test_a_queued_job_has_exactly_the_contract_fields(api):
+    api.put_project("p")
+    api.enqueue("p", [{"id": "bare", "value": "https://example.org/b", "random_key": -7},
+                      {"id": "full", "value": "https://example.org/f", "type": "asset",
+                       "via": "https://example.org/", "hops": 0, "attr": {"a": [1, "x"]}}])
+    bare, full = _jobs(api, "p")["jobs"]
+    assert set(bare) == JOB_KEYS | {"id"}
+    assert set(full) == JOB_KEYS | {"id", "via", "hops", "attr"}
+    assert type(bare["job_id"]) is int and type(full["job_id"]) is int
+    assert (bare["id"], bare["type"], bare["random_key"]) == ("bare", "seed", -7)
+    assert (full["type"], full["via"], full["hops"], full["attr"]) == (
+        "asset", "https://example.org/", 0, {"a": [1, "x"]})
+    assert type(full["random_key"]) is int
+    for job in (bare, full):
+        assert job["status"] == "todo" and job["reset_count"] == 0
+        assert job["attempt_id"] is job["worker_id"] is job["lease_expires_at"] is None
+        assert job["outcome"] is None and job["execution_error"] is None
+        assert job["artifact_receipts"] == [] and job["completed_at"] is None
+        assert type(job["created_at"]) is int and type(job["updated_at"]) is int
+        assert job == _job(api, "p", job["job_id"])
+
+
+def test_jobs_without_external_ids_have_no_id(api):
+    api.put_project("p", identity_mode="unique_value")
+    api.enqueue("p", [{"value": "https://example.org/u"}])
+    (job,) = _jobs(api, "p")["jobs"]
+    assert set(job) == JOB_KEYS
+
+
+def test_a_job_in_flight_shows_its_attempt_worker_and_lease(api):
+    api.put_project("p")
+    api.enqueue("p", values(1))
+    (claimed,) = body(api.claim("p", worker_id="w1", lease_seconds=120))["jobs"]
+    job = _job(api, "p", claimed["job_id"])
+    assert job["job_id"] == int(claimed["job_id"])
+    assert job["status"] == "wip"
+    assert job["attempt_id"] == str(claimed["attempt_id"]) and isinstance(job["attempt_id"], str)
+    assert job["worker_id"] == "w1"
+    assert job["lease_expires_at"] == claimed["lease_expires_at"]
+    assert job["completed_at"] is None
+
+
+def test_a_done_job_shows_its_outcome_and_artifact_receipts(api):
+    api.put_project("p")
+    api.enqueue("p", values(2))
+    first, second = body(api.claim("p", max_jobs=2))["jobs"]
+    before = int(time.time())
+    _complete(api, "p", first, {"kind": "http_error", "code": 404, "uri": "https://example.org/x",
+                                "meta": {"etag": "abc"}}, [RECEIPT, {**RECEIPT, "id": "r-2"}])
+    _complete(api, "p", second, {"kind": "success"})
+    done = _job(api, "p", first["job_id"])
+    assert done["status"] == "done"
+    assert done["outcome"] == {"kind": "http_error", "code": 404, "uri": "https://example.org/x",
+                               "meta": {"etag": "abc"}}
+    assert done["artifact_receipts"] == [RECEIPT, {**RECEIPT, "id": "r-2"}]
+    assert done["attempt_id"] is done["worker_id"] is done["lease_expires_at"] is None
+    assert done["execution_error"] is None
+    assert before - 1 <= done["completed_at"] <= int(time.time()) + 1
+    # The four outcome keys are always there; no receipts is an empty list.
+    bare = _job(api, "p", second["job_id"])
+    assert bare["outcome"] == {"kind": "success", "code": None, "uri": None, "meta": {}}
+    assert bare["artifact_receipts"] == []
+    listed = _jobs(api, "p", "status=done")["jobs"]
+    assert listed == [done, bare]
+
+
+def test_failures_show_the_execution_error(api):
+    api.put_project("p", max_resets=1)
+    api.enqueue("p", values(2))
+    retried, hard = body(api.claim("p", max_jobs=2))["jobs"]
+    _fail(api, "p", retried, True, {"code": "network", "message": "reset by peer",
+                                    "details": {"errno": 104}})
+    _fail(api, "p", hard, False, {"code": "not_found", "message": "gone"})
+    queued = _job(api, "p", retried["job_id"])
+    assert queued["status"] == "todo" and queued["reset_count"] == 1
+    assert queued["execution_error"] == {"code": "network", "message": "reset by peer",
+                                         "details": {"errno": 104}}
+    assert queued["completed_at"] is None
+    failed = _job(api, "p", hard["job_id"])
+    assert failed["status"] == "failed" and failed["reset_count"] == 0
+    assert failed["execution_error"] == {"code": "not_found", "message": "gone", "details": {}}
+    assert type(failed["completed_at"]) is int
+    assert failed["outcome"] is None and failed["artifact_receipts"] == []
+
+    # The second retryable failure exhausts the job; its error is the last one.
+    (again,) = body(api.claim("p"))["jobs"]
+    _fail(api, "p", again, True, {"code": "timeout", "message": "slow"})
+    exhausted = _job(api, "p", retried["job_id"])
+    assert exhausted["status"] == "reset_exhausted" and exhausted["reset_count"] == 2
+    assert exhausted["execution_error"]["code"] == "timeout"
+    assert type(exhausted["completed_at"]) is int
+
+
+def test_success_after_a_failure_clears_the_execution_error(api):
+    api.put_project("p")
+    api.enqueue("p", values(1))
+    (job,) = body(api.claim("p"))["jobs"]
+    _fail(api, "p", job, True, {"code": "network", "message": "x"})
+    (job,) = body(api.claim("p"))["jobs"]
+    assert _job(api, "p", job["job_id"])["execution_error"]["code"] == "network"
+    _complete(api, "p", job, {"kind": "skipped"})
+    done = _job(api, "p", job["job_id"])
+    assert done["execution_error"] is None and done["reset_count"] == 1
+    assert done["outcome"]["kind"] == "skipped"
+
+
+def test_a_staged_job_is_wip_and_found_by_status_wip(api, app):
+    api.put_project("p")
+    api.enqueue("p", values(3))
+    held, staged = body(api.claim("p", max_jobs=2))["jobs"]
+    sql(app, "UPDATE jobs SET state = 'staged' WHERE id = :id", id=int(staged["job_id"]))
+    job = _job(api, "p", staged["job_id"])
+    assert job["status"] == "wip" and job["attempt_id"] == str(staged["attempt_id"])
+    assert [j["job_id"] for j in _jobs(api, "p", "status=wip")["jobs"]] == [
+        int(held["job_id"]), int(staged["job_id"])]
+    assert [j["status"] for j in _jobs(api, "p")["jobs"]] == ["wip", "wip", "todo"]
+    # FleetHQ's own view names the state.
+    full = _ok(api.call("GET", f"{FLEETHQ}/p/jobs?status=staged"))["jobs"]
+    assert [(j["job_id"], j["state"]) for j in full] == [(int(staged["job_id"]), "staged")]
+
+
+def test_an_attempt_with_a_wire_id_is_shown_by_it(api, app):
+    api.put_project("p")
+    api.enqueue("p", values(1))
+    (claimed,) = body(api.claim("p"))["jobs"]
+    sql(app, "UPDATE attempts SET wire_id = 'at_imported1' WHERE id = :a",
+        a=int(claimed["attempt_id"]))
+    assert _job(api, "p", claimed["job_id"])["attempt_id"] == "at_imported1"
+
+
+def test_cursor_paging_with_integer_cursors(api, app):
+    api.put_project("p")
+    api.enqueue("p", values(7))
+    claimed = body(api.claim("p", max_jobs=2))["jobs"]
+    sql(app, "UPDATE jobs SET state = 'staged' WHERE id = :id", id=int(claimed[1]["job_id"]))
+    seen, after, pages = [], 0, 0
+    while True:
+        page = _jobs(api, "p", f"limit=3&after_job_id={after}")
+        assert set(page) == {"jobs", "next_after_job_id"}
+        seen += page["jobs"]
+        pages += 1
+        after = page["next_after_job_id"]
+        if after is None:
+            break
+        assert type(after) is int and after == page["jobs"][-1]["job_id"]
+    assert pages == 3
+    assert [j["id"] for j in seen] == [f"v{i}" for i in range(7)]
+    # An exact last page has no next cursor.
+    assert _jobs(api, "p", "limit=7")["next_after_job_id"] is None
+    assert _jobs(api, "p", "limit=6")["next_after_job_id"] == seen[5]["job_id"]
+    assert _jobs(api, "p", "limit=1&status=wip")["next_after_job_id"] == seen[0]["job_id"]
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "-1", "1.5", "99999999999999999999"])
+def test_a_malformed_job_id_is_400(api, raw):
+    api.put_project("p")
+    for method, path in (("GET", f"{ADMIN}/p/jobs/{raw}"), ("DELETE", f"{ADMIN}/p/jobs/{raw}"),
+                         ("POST", f"{ADMIN}/p/jobs/{raw}/requeue")):
+        _error(api.call(method, path), 400, "invalid_request")
+
+
+def test_unknown_jobs_and_projects_are_404(api):
+    api.put_project("p")
+    api.put_project("q")
+    api.enqueue("q", values(1))
+    other = _jobs(api, "q")["jobs"][0]["job_id"]
+    for path in (f"{ADMIN}/p/jobs/999999", f"{ADMIN}/p/jobs/{other}", f"{ADMIN}/nope/jobs/{other}",
+                 f"{ADMIN}/nope/jobs", f"{FLEETHQ}/p/jobs/{other}", f"{FLEETHQ}/nope/jobs"):
+        _error(api.call("GET", path), 404, "not_found")

@@ -1,6 +1,6 @@
 """Enqueue (DESIGN §4.2, §4.3) and the admin job routes (§6): identity modes,
 idempotency, conflicts, JobSpec limits, claim order, paging, detail,
-requeue and delete."""
+requeue and delete. The exact AdminJob shape is checked in test_admin_contract.py."""
 from __future__ import annotations
 
 import pytest
@@ -345,8 +345,9 @@ def test_valid_jobspec_at_the_limits_is_stored_exactly(api, case):
     assert job["id"] == spec["id"]
     assert job["value"] == spec["value"]
     assert job["type"] == spec.get("type", "seed")
-    for field in ("via", "hops", "attr"):
-        assert job[field] == spec.get(field)
+    for field in ("via", "hops", "attr"):  # present exactly when set
+        assert job.get(field) == spec.get(field)
+        assert (field in job) == (spec.get(field) is not None)
     if spec.get("random_key") is not None:
         assert job["random_key"] == spec["random_key"]
 
@@ -478,8 +479,8 @@ def test_paging_filters_by_status(api):
     _enqueued(api.enqueue("p", values(5)), 5, 5, "p")
     claimed = body(api.claim("p", max_jobs=2))["jobs"]
     wip = _all_jobs(api, "p", "wip")
-    assert {j["job_id"] for j in wip} == {j["job_id"] for j in claimed}
-    assert {j["state"] for j in wip} == {"wip"}
+    assert {j["job_id"] for j in wip} == {int(j["job_id"]) for j in claimed}
+    assert {j["status"] for j in wip} == {"wip"}
     assert [j["id"] for j in _all_jobs(api, "p", "todo")] == ["v2", "v3", "v4"]
     assert _all_jobs(api, "p", "done") == []
     # The cursor composes with the filter.
@@ -506,11 +507,31 @@ def test_paging_limit_out_of_bounds_is_400(api, query):
     assert err["details"]["field"] == "limit"
 
 
-@pytest.mark.parametrize("query", ["status=queued", "after_job_id=abc", "after_job_id=-1",
-                                   "after_job_id=%C2%B2", "bogus=1"])
+@pytest.mark.parametrize("query", ["status=queued", "status=staged", "status=WIP", "after_job_id=abc",
+                                   "after_job_id=-1", "after_job_id=1.0", "after_job_id=%C2%B2",
+                                   "after_job_id=99999999999999999999"])
 def test_paging_bad_query_is_400(api, query):
     api.put_project("p")
     _error(_page(api, query), 400, "invalid_request")
+
+
+def test_paging_ignores_unknown_query_parameters(api):
+    """As the contract's server does: only status, after_job_id and limit count."""
+    api.put_project("p")
+    _enqueued(api.enqueue("p", values(3)), 3, 3, "p")
+    page = body(_page(api, "limit=2&bogus=1&offset=7&status="))
+    assert [j["id"] for j in page["jobs"]] == ["v0", "v1"]
+    assert page["next_after_job_id"] == page["jobs"][-1]["job_id"]
+
+
+def test_paging_defaults_to_50_jobs(api):
+    api.put_project("p")
+    _enqueued(api.enqueue("p", values(51)), 51, 51, "p")
+    first = body(_page(api, ""))
+    assert len(first["jobs"]) == 50
+    rest = body(_page(api, f"after_job_id={first['next_after_job_id']}"))
+    assert [j["id"] for j in rest["jobs"]] == ["v50"] and rest["next_after_job_id"] is None
+    assert len(body(_page(api, "after_job_id=0"))["jobs"]) == 50
 
 
 def test_paging_unknown_project_is_404(api):
@@ -520,7 +541,13 @@ def test_paging_unknown_project_is_404(api):
 # ------------------------------------------------------------------ job detail
 
 
-def test_job_detail_shows_attempts(api):
+def _full_detail(api, project_id: str, job_id) -> dict:
+    response = api.call("GET", f"/api/v1/fleethq/projects/{project_id}/jobs/{job_id}")
+    assert response.status_code == 200, body(response)
+    return body(response)
+
+
+def test_fleethq_job_detail_shows_attempts(api):
     api.put_project("p")
     _enqueued(api.enqueue("p", [{"id": "a", "value": "https://example.org/a", "hops": 3}]), 1, 1, "p")
     first = body(api.claim("p", worker_id="w1"))["jobs"]
@@ -528,8 +555,8 @@ def test_job_detail_shows_attempts(api):
     second = body(api.claim("p", worker_id="w1"))["jobs"]
     assert len(second) == 1 and second[0]["job_id"] == first[0]["job_id"]
 
-    job = _detail(api, "p", first[0]["job_id"])
-    assert job["job_id"] == first[0]["job_id"]
+    job = _full_detail(api, "p", first[0]["job_id"])
+    assert job["job_id"] == int(first[0]["job_id"])
     assert job["id"] == "a" and job["value"] == "https://example.org/a" and job["hops"] == 3
     assert job["state"] == "wip"
     assert job["attempts"] == 2
@@ -541,7 +568,7 @@ def test_job_detail_shows_attempts(api):
     assert job["current_attempt_id"] == second[0]["attempt_id"]
 
     assert body(api.complete("p", second))["results"][0]["status"] == "applied"
-    job = _detail(api, "p", first[0]["job_id"])
+    job = _full_detail(api, "p", first[0]["job_id"])
     assert job["state"] == "done"
     assert [a["state"] for a in job["attempt_history"]] == ["failed", "done"]
     assert job["outcome"]["outcome"]["kind"] == "success"
@@ -600,7 +627,8 @@ def test_requeue_only_failed_or_reset_exhausted(api):
     assert api.counts("p") == {**ZERO, "todo": 3, "wip": 1, "done": 1}
     # Requeued jobs can be claimed again at once.
     again = body(api.claim("p", max_jobs=10))["jobs"]
-    assert {j["job_id"] for j in again} == {fail_hard["job_id"], exhaust["job_id"], todo["job_id"]}
+    assert {int(j["job_id"]) for j in again} == {
+        int(fail_hard["job_id"]), int(exhaust["job_id"]), todo["job_id"]}
 
 
 def test_requeue_of_unknown_job_is_404(api):
@@ -617,7 +645,7 @@ def test_delete_refuses_wip_and_removes_todo_and_done(api):
 
     err = _error(_delete(api, wip["job_id"]), 409, "invalid_transition")
     assert err["details"]["state"] == "wip"
-    assert _detail(api, "p", wip["job_id"])["state"] == "wip"
+    assert _detail(api, "p", wip["job_id"])["status"] == "wip"
 
     for job in (todo, done):
         response = _delete(api, job["job_id"])
@@ -666,10 +694,10 @@ def test_requeued_job_that_missed_its_deadline_can_run_again(api, app):
         assert leasing.sweep()["overdue"] == 1
         db.session.remove()
     assert api.counts("p") == {**ZERO, "failed": 1}
-    assert _detail(api, "p", job_id)["last_error"]["code"] == "timeout"
+    assert _detail(api, "p", job_id)["execution_error"]["code"] == "timeout"
 
     response = _requeue(api, job_id)
     assert response.status_code == 200, body(response)
     assert body(response)["state"] == "todo"
     claimed = body(api.claim("p"))["jobs"]
-    assert [j["job_id"] for j in claimed] == [job_id]
+    assert [int(j["job_id"]) for j in claimed] == [job_id]

@@ -9,6 +9,7 @@ from flask import current_app, jsonify, request
 
 from app.accounts import service as accounts
 from app.api import bp
+from app.api import admin_params as params
 from app.api import validate as v
 from app.api.auth import body_limit, require
 from app.errors import InvalidJob, InvalidRequest, TooLarge, UnsupportedMediaType
@@ -84,52 +85,31 @@ def enqueue_source(project_id):
                    uncompressed_bytes=result.uncompressed_bytes)
 
 
-def _decimal(raw: str) -> bool:
-    # str.isdigit() also accepts "²" and other digits int() refuses.
-    return raw.isascii() and raw.isdigit()
-
-
-def _job_id(raw: str) -> int:
-    if not _decimal(raw) or len(raw) > 18:
-        raise InvalidRequest("job id must be a decimal job_id", details={"field": "job_id"})
-    return int(raw)
-
-
 @bp.get("/admin/projects/<project_id>/jobs")
 def list_jobs(project_id):
     require("admin")
+    status, after, limit = params.contract_job_query(request.args)
     service.get(project_id)
-    args = request.args
-    unknown = set(args) - {"status", "after_job_id", "limit"}
-    if unknown:
-        raise InvalidRequest(f"unknown query parameter {sorted(unknown)[0]!r}")
-    status = args.get("status") or None
-    if status is not None and not jobs_admin.valid_status(status):
-        raise InvalidRequest("unknown status", details={"field": "status"})
-    after = _job_id(args["after_job_id"]) if args.get("after_job_id") else None
-    limit_raw = args.get("limit", "100")
-    if not _decimal(limit_raw) or not 1 <= int(limit_raw) <= 200:
-        raise InvalidRequest("limit must be 1..200", details={"field": "limit"})
-    return jsonify(jobs_admin.list_jobs(project_id, status=status, after_job_id=after,
-                                        limit=int(limit_raw)))
+    return jsonify(jobs_admin.contract_list(project_id, status=status, after_job_id=after,
+                                            limit=limit))
 
 
 @bp.get("/admin/projects/<project_id>/jobs/<job_id>")
 def show_job(project_id, job_id):
     require("admin")
-    return jsonify(jobs_admin.detail(project_id, _job_id(job_id)))
+    return jsonify(jobs_admin.contract_detail(project_id, params.job_id(job_id)))
 
 
 @bp.post("/admin/projects/<project_id>/jobs/<job_id>/requeue")
 def requeue_job(project_id, job_id):
     require("admin")
-    return jsonify(jobs_admin.requeue(project_id, _job_id(job_id)))
+    return jsonify(jobs_admin.requeue(project_id, params.job_id(job_id)))
 
 
 @bp.delete("/admin/projects/<project_id>/jobs/<job_id>")
 def delete_job(project_id, job_id):
     require("admin")
-    jobs_admin.delete(project_id, _job_id(job_id))
+    jobs_admin.delete(project_id, params.job_id(job_id))
     return "", 204
 
 

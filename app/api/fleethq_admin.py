@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from flask import jsonify, request
 
+from app.api import admin_params as params
 from app.api import bp
 from app.api import validate as v
 from app.api.auth import body_limit, require
 from app.errors import InvalidRequest
-from app.projects import service
+from app.projects import jobs_admin, service
 
 
 @bp.get("/fleethq/projects")
@@ -39,3 +40,17 @@ def fleethq_put_project(project_id):
     body.pop("policy_version", None)  # owned by the server
     project, created = service.put(project_id, body, partial=request.method == "PATCH")
     return jsonify(service.summary(project)), 201 if created else 200
+
+
+@bp.get("/fleethq/projects/<project_id>/jobs")
+def fleethq_list_jobs(project_id):
+    require("admin")
+    status, after, limit = params.fleethq_job_query(request.args)
+    service.get(project_id)
+    return jsonify(jobs_admin.list_jobs(project_id, status=status, after_job_id=after, limit=limit))
+
+
+@bp.get("/fleethq/projects/<project_id>/jobs/<job_id>")
+def fleethq_show_job(project_id, job_id):
+    require("admin")
+    return jsonify(jobs_admin.detail(project_id, params.job_id(job_id)))

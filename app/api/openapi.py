@@ -324,6 +324,16 @@ PATHS.update({
         "patch": _op("Change some policy fields", params=P, ok=_ref("ProjectSummary"),
                      body={"required": True, **_json(_ref("ProjectPolicyInput"))}),
     },
+    f"{FLEETHQ_P}/jobs": {"get": _op("List jobs, every state (FleetHQ view, cursor paging)",
+                                     params=P + [
+        _query("status", {"enum": ["todo", "wip", "staged", "done", "failed", "reset_exhausted"]}),
+        _query("after_job_id", {"type": "integer", "minimum": 0}),
+        _query("limit", {"type": "integer", "minimum": 1, "maximum": 200, "default": 100})],
+        ok={"type": "object", "properties": {
+            "jobs": {"type": "array", "items": _ref("Job")},
+            "next_after_job_id": {"type": ["integer", "null"]}}})},
+    f"{FLEETHQ_P}/jobs/{{job_id}}": {"get": _op("Job with attempt history (FleetHQ view)",
+                                                params=PJ, ok=_ref("Job"))},
 })
 
 

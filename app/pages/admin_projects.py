@@ -7,7 +7,7 @@ from flask import abort, render_template, request
 
 from app.errors import FleetError, InvalidRequest, NotFound
 from app.extensions import db
-from app.pages import admin_lookups, aggregates, charts
+from app.pages import aggregates, charts
 from app.pages.admin import attempt, bp, done, explain, refuse
 from app.projects import jobs_admin, policy, service
 from app.projects.models import JOB_STATES
@@ -127,7 +127,7 @@ def project(project_id):
         status, after = _filters()
     except InvalidRequest as exc:
         return refuse(exc.message, "admin.project", project_id=project_id)
-    page = admin_lookups.job_page(project_id, status=status, after_job_id=after, limit=PAGE_SIZE)
+    page = jobs_admin.list_jobs(project_id, status=status, after_job_id=after, limit=PAGE_SIZE)
     _, per_minute = aggregates.throughput([project_id])
     chart = charts.throughput({kind: per_minute[kind][project_id] for kind in aggregates.KINDS},
                               title_suffix=f", {project_id}")
