@@ -467,3 +467,89 @@ def test_unknown_jobs_and_projects_are_404(api):
     for path in (f"{ADMIN}/p/jobs/999999", f"{ADMIN}/p/jobs/{other}", f"{ADMIN}/nope/jobs/{other}",
                  f"{ADMIN}/nope/jobs", f"{FLEETHQ}/p/jobs/{other}", f"{FLEETHQ}/nope/jobs"):
         _error(api.call("GET", path), 404, "not_found")
+
+
+# ----------------------------------------------------- requeue and delete (A4, A9, A10)
+
+
+def test_requeue_answers_204_and_clears_the_failure(api):
+    api.put_project("p", max_resets=0)
+    api.enqueue("p", values(2))
+    hard, soft = body(api.claim("p", max_jobs=2))["jobs"]
+    _fail(api, "p", hard, False, {"code": "not_found", "message": "gone", "details": {"n": 1}})
+    _fail(api, "p", soft, True, {"code": "network", "message": "flaky"})
+    assert _job(api, "p", soft["job_id"])["status"] == "reset_exhausted"
+    for claimed in (hard, soft):
+        response = api.call("POST", f"{ADMIN}/p/jobs/{claimed['job_id']}/requeue")
+        assert response.status_code == 204, body(response)
+        assert response.data == b""
+        job = _job(api, "p", claimed["job_id"])
+        assert (job["status"], job["reset_count"]) == ("todo", 0)
+        assert job["execution_error"] is None and job["outcome"] is None
+        assert job["artifact_receipts"] == [] and job["completed_at"] is None
+        assert _ok(api.call("GET", f"{FLEETHQ}/p/jobs/{claimed['job_id']}"))["last_error"] is None
+    again = body(api.claim("p", max_jobs=5))["jobs"]
+    assert sorted(int(j["job_id"]) for j in again) == sorted(int(j["job_id"]) for j in (hard, soft))
+
+
+def test_requeue_refuses_jobs_that_are_not_failed_or_exhausted(api, app):
+    api.put_project("p")
+    api.enqueue("p", values(4))
+    done, wip, staged = body(api.claim("p", max_jobs=3))["jobs"]
+    _complete(api, "p", done, {"kind": "success"}, [RECEIPT])
+    sql(app, "UPDATE jobs SET state = 'staged' WHERE id = :id", id=int(staged["job_id"]))
+    todo = _jobs(api, "p", "status=todo")["jobs"][0]
+    for job_id in (done["job_id"], wip["job_id"], staged["job_id"], todo["job_id"]):
+        before = _job(api, "p", job_id)
+        err = _error(api.call("POST", f"{ADMIN}/p/jobs/{job_id}/requeue"), 400, "invalid_request")
+        assert err["details"]["state"] in ("done", "wip", "staged", "todo")
+        assert _job(api, "p", job_id) == before
+    assert _job(api, "p", done["job_id"])["artifact_receipts"] == [RECEIPT]
+
+
+def test_delete_job_answers_204_and_refuses_jobs_in_flight(api, app):
+    api.put_project("p", max_resets=0)
+    api.enqueue("p", values(5))
+    done, failed, wip, staged = body(api.claim("p", max_jobs=4))["jobs"]
+    _complete(api, "p", done, {"kind": "success"})
+    _fail(api, "p", failed, False, {"code": "x", "message": "y"})
+    sql(app, "UPDATE jobs SET state = 'staged' WHERE id = :id", id=int(staged["job_id"]))
+    todo = _jobs(api, "p", "status=todo")["jobs"][0]
+    for job_id in (wip["job_id"], staged["job_id"]):
+        err = _error(api.call("DELETE", f"{ADMIN}/p/jobs/{job_id}"), 400, "invalid_request")
+        assert err["details"]["state"] in ("wip", "staged")
+        assert _job(api, "p", job_id)["status"] == "wip"
+    for job_id in (done["job_id"], failed["job_id"], todo["job_id"]):
+        response = api.call("DELETE", f"{ADMIN}/p/jobs/{job_id}")
+        assert response.status_code == 204 and response.data == b""
+        _error(api.call("GET", f"{ADMIN}/p/jobs/{job_id}"), 404, "not_found")
+        _error(api.call("DELETE", f"{ADMIN}/p/jobs/{job_id}"), 404, "not_found")
+    assert _summary(api, "p")["job_counts"] == {**ZERO, "wip": 2}
+
+
+def test_requeue_and_delete_of_unknown_jobs_are_404(api):
+    api.put_project("p")
+    api.put_project("q", max_resets=0)
+    api.enqueue("q", values(1))
+    (other,) = body(api.claim("q"))["jobs"]
+    _fail(api, "q", other, False, {"code": "x", "message": "y"})
+    for job_id in ("424242", other["job_id"]):
+        _error(api.call("POST", f"{ADMIN}/p/jobs/{job_id}/requeue"), 404, "not_found")
+        _error(api.call("DELETE", f"{ADMIN}/p/jobs/{job_id}"), 404, "not_found")
+    assert _job(api, "q", other["job_id"])["status"] == "failed"
+
+
+def test_delete_project_refuses_jobs_in_flight(api, app):
+    api.put_project("p")
+    api.enqueue("p", values(3))
+    wip, staged = body(api.claim("p", max_jobs=2))["jobs"]
+    sql(app, "UPDATE jobs SET state = 'staged' WHERE id = :id", id=int(staged["job_id"]))
+    err = _error(api.call("DELETE", f"{ADMIN}/p"), 400, "invalid_request")
+    assert err["details"]["in_flight"] == 2
+    _complete(api, "p", wip, {"kind": "success"})
+    _error(api.call("DELETE", f"{ADMIN}/p"), 400, "invalid_request")  # the staged one
+    sql(app, "UPDATE jobs SET state = 'done' WHERE id = :id", id=int(staged["job_id"]))
+    response = api.call("DELETE", f"{ADMIN}/p")
+    assert response.status_code == 204 and response.data == b""
+    _error(api.call("GET", f"{ADMIN}/p"), 404, "not_found")
+    _error(api.call("DELETE", f"{ADMIN}/p"), 404, "not_found")

@@ -615,15 +615,17 @@ def test_requeue_only_failed_or_reset_exhausted(api):
                                "reset_exhausted": 1}
 
     for job in (todo, wip, done):
-        err = _error(_requeue(api, job["job_id"]), 409, "invalid_transition")
+        err = _error(_requeue(api, job["job_id"]), 400, "invalid_request")
         assert err["details"]["state"] in ("todo", "wip", "done")
 
     for job in (fail_hard, exhaust):
         response = _requeue(api, job["job_id"])
-        assert response.status_code == 200, body(response)
-        requeued = body(response)
-        assert requeued["state"] == "todo"
-        assert requeued["resets"] == 0
+        assert response.status_code == 204, body(response)
+        assert response.data == b""
+        requeued = _detail(api, "p", job["job_id"])
+        assert requeued["status"] == "todo"
+        assert requeued["reset_count"] == 0
+        assert requeued["execution_error"] is None and requeued["completed_at"] is None
     assert api.counts("p") == {**ZERO, "todo": 3, "wip": 1, "done": 1}
     # Requeued jobs can be claimed again at once.
     again = body(api.claim("p", max_jobs=10))["jobs"]
@@ -643,7 +645,7 @@ def test_delete_refuses_wip_and_removes_todo_and_done(api):
     api.complete("p", [done])
     todo = _all_jobs(api, "p", "todo")[0]
 
-    err = _error(_delete(api, wip["job_id"]), 409, "invalid_transition")
+    err = _error(_delete(api, wip["job_id"]), 400, "invalid_request")
     assert err["details"]["state"] == "wip"
     assert _detail(api, "p", wip["job_id"])["status"] == "wip"
 
@@ -697,7 +699,7 @@ def test_requeued_job_that_missed_its_deadline_can_run_again(api, app):
     assert _detail(api, "p", job_id)["execution_error"]["code"] == "timeout"
 
     response = _requeue(api, job_id)
-    assert response.status_code == 200, body(response)
-    assert body(response)["state"] == "todo"
+    assert response.status_code == 204, body(response)
+    assert _detail(api, "p", job_id)["status"] == "todo"
     claimed = body(api.claim("p"))["jobs"]
     assert [int(j["job_id"]) for j in claimed] == [job_id]

@@ -437,9 +437,9 @@ def test_requeue_puts_exhausted_and_failed_jobs_back(api, app):
 
     for job in (a, b):
         response = api.call("POST", f"/api/v1/admin/projects/p/jobs/{job['job_id']}/requeue")
-        assert response.status_code == 200, body(response)
-        info = body(response)
-        assert info["state"] == "todo" and info["resets"] == 0
+        assert response.status_code == 204, body(response)
+        info = detail(api, "p", job["job_id"])
+        assert info["state"] == "todo" and info["resets"] == 0 and info["last_error"] is None
     assert api.counts("p") == {**ALL_ZERO, "todo": 2}
 
     again = claim_jobs(api, "p", max_jobs=10)
@@ -458,8 +458,8 @@ def test_requeue_of_a_live_or_queued_job_is_refused(api):
     queued = body(api.call("GET", "/api/v1/fleethq/projects/p/jobs?status=todo"))["jobs"][0]
     for job_id, state in ((job["job_id"], "wip"), (queued["job_id"], "todo")):
         response = api.call("POST", f"/api/v1/admin/projects/p/jobs/{job_id}/requeue")
-        assert response.status_code == 409
-        assert body(response)["error"]["code"] == "invalid_transition"
+        assert response.status_code == 400
+        assert body(response)["error"]["code"] == "invalid_request"
         assert detail(api, "p", job_id)["state"] == state
     [r] = results(api.complete("p", [job]))
     assert r["status"] == "applied"
@@ -613,7 +613,7 @@ def test_a_requeued_job_whose_task_deadline_passed_is_claimable_again(api, app):
     assert detail(api, "p", job["job_id"])["state"] == "failed"
 
     response = api.call("POST", f"/api/v1/admin/projects/p/jobs/{job['job_id']}/requeue")
-    assert response.status_code == 200
+    assert response.status_code == 204
     claimed = claim_jobs(api, "p")
     assert [int(j["job_id"]) for j in claimed] == [job["job_id"]]
 

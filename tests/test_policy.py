@@ -454,7 +454,8 @@ def test_delete_project(api):
     api.enqueue("p", values(3))
     (job,) = body(api.claim("p", max_jobs=1))["jobs"]
 
-    _error(api.call("DELETE", "/api/v1/admin/projects/p"), 409, "invalid_transition")
+    err = _error(api.call("DELETE", "/api/v1/admin/projects/p"), 400, "invalid_request")
+    assert err["details"]["in_flight"] == 1
     assert _summary(api, "p")["job_counts"]["todo"] == 2
     api.complete("p", [job])
 

@@ -103,7 +103,8 @@ def show_job(project_id, job_id):
 @bp.post("/admin/projects/<project_id>/jobs/<job_id>/requeue")
 def requeue_job(project_id, job_id):
     require("admin")
-    return jsonify(jobs_admin.requeue(project_id, params.job_id(job_id)))
+    jobs_admin.requeue(project_id, params.job_id(job_id))
+    return "", 204
 
 
 @bp.delete("/admin/projects/<project_id>/jobs/<job_id>")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from app.errors import Conflict, NotFound
+from app.errors import InvalidRequest, NotFound
 from app.extensions import db
 from app.projects import wakeups
 from app.projects.models import JOB_STATES
@@ -176,33 +176,43 @@ def detail(project_id: str, job_id: int) -> dict:
     return job
 
 
-def requeue(project_id: str, job_id: int) -> dict:
-    """Put a failed or exhausted job back in the queue with fresh counters. Commits."""
+def requeue(project_id: str, job_id: int) -> None:
+    """Put a failed or exhausted job back in the queue with fresh counters and
+    no error (A9). Commits.
+
+    Raises:
+        NotFound: no such job in this project.
+        InvalidRequest: the job is neither failed nor reset_exhausted.
+    """
     row = db.session.execute(text(
         "UPDATE jobs SET state = 'todo', resets = 0, not_before = now(), updated_at = now(), "
-        "lease_expires_at = NULL, deadline_at = now() + make_interval(secs => CAST("
-        "(SELECT task_timeout_seconds FROM projects WHERE id = :p) AS int)) "
+        "lease_expires_at = NULL, last_error = NULL, deadline_at = now() + make_interval(secs => "
+        "CAST((SELECT task_timeout_seconds FROM projects WHERE id = :p) AS int)) "
         "WHERE id = :id AND project_id = :p "
         "AND state IN ('failed', 'reset_exhausted') RETURNING id"),
         {"id": job_id, "p": project_id}).first()
     if row is None:
         current = _load(project_id, job_id)
-        raise Conflict(f"only failed or reset_exhausted jobs can be requeued (job is "
-                       f"{current.state})", code="invalid_transition",
-                       details={"state": current.state})
+        raise InvalidRequest(f"only failed or reset_exhausted jobs can be requeued (job "
+                             f"{job_id} is {current.state})", details={"state": current.state})
     wakeups.notify(project_id)
     db.session.commit()
-    return detail(project_id, job_id)
 
 
 def delete(project_id: str, job_id: int) -> None:
+    """Delete a job that is not in flight (A10). Commits.
+
+    Raises:
+        NotFound: no such job in this project.
+        InvalidRequest: the job is wip or staged.
+    """
     deleted = db.session.execute(text(
         "DELETE FROM jobs WHERE id = :id AND project_id = :p AND state NOT IN ('wip', 'staged') "
         "RETURNING id"), {"id": job_id, "p": project_id}).first()
     if deleted is None:
         current = _load(project_id, job_id)
-        raise Conflict(f"a {current.state} job cannot be deleted", code="invalid_transition",
-                       details={"state": current.state})
+        raise InvalidRequest(f"a {current.state} job cannot be deleted",
+                             details={"state": current.state})
     db.session.commit()
 
 

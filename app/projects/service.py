@@ -173,13 +173,19 @@ def put_contract(project_id: str, fields: dict) -> tuple[Project, bool]:
 
 
 def delete(project_id: str) -> None:
+    """Delete a project and its jobs (A4). Commits.
+
+    Raises:
+        NotFound: no such project.
+        InvalidRequest: jobs are in flight (wip or staged).
+    """
     project = get(project_id, lock=True)
     live = db.session.execute(text(
         "SELECT count(*) FROM jobs WHERE project_id = :p AND state IN ('wip', 'staged')"),
         {"p": project_id}).scalar()
     if live:
-        raise Conflict(f"project has {live} jobs in flight; drain it first",
-                       code="invalid_transition", details={"in_flight": live})
+        raise InvalidRequest(f"project has {live} jobs in flight; drain it first",
+                             details={"in_flight": live})
     db.session.delete(project)
     db.session.flush()
     counters.forget_project(project_id)
