@@ -553,3 +553,29 @@ def test_delete_project_refuses_jobs_in_flight(api, app):
     assert response.status_code == 204 and response.data == b""
     _error(api.call("GET", f"{ADMIN}/p"), 404, "not_found")
     _error(api.call("DELETE", f"{ADMIN}/p"), 404, "not_found")
+
+
+# ------------------------------------------------------------------ enqueue (A5)
+
+
+def test_enqueue_has_no_job_count_cap(api):
+    """Only the 8 MiB body limit bounds a batch: 25,000 small jobs go in at once."""
+    api.put_project("p", identity_mode="none")
+    jobs = [{"value": f"v{i}"} for i in range(25_000)]
+    response = api.enqueue("p", jobs)
+    assert _ok(response) == {"project_id": "p", "submitted": 25_000, "inserted": 25_000}
+    assert _summary(api, "p")["job_counts"]["todo"] == 25_000
+
+
+def test_enqueue_answer_has_exactly_the_contract_fields(api):
+    api.put_project("p")
+    assert _ok(api.enqueue("p", values(3) + values(1))) == {
+        "project_id": "p", "submitted": 4, "inserted": 3}
+    assert _ok(api.enqueue("p", values(3))) == {"project_id": "p", "submitted": 3, "inserted": 0}
+
+
+@pytest.mark.parametrize("jobs", [[], None, {"value": "x"}, "x"])
+def test_enqueue_needs_a_non_empty_list(api, jobs):
+    api.put_project("p")
+    err = _error(api.call("POST", f"{ADMIN}/p/jobs", {"jobs": jobs}), 400, "invalid_request")
+    assert err["details"]["field"] == "jobs"

@@ -173,12 +173,34 @@ def test_in_batch_identical_duplicates_collapse(api, mode):
     api.put_project("p", identity_mode=mode)
     spec = _spec(mode, attr={"a": 1}, hops=0)
     _enqueued(api.enqueue("p", [spec, dict(spec)]), 2, 1, "p")
-    # A differing random_key is not part of the identity.
-    other = _spec(mode, value="https://example.org/y", **({"id": "job-2"} if mode == "external_id" else {}))
-    _enqueued(api.enqueue("p", [{**other, "random_key": 1}, {**other, "random_key": 2}]), 2, 1, "p")
-    stored = [j for j in _all_jobs(api, "p") if j["value"] == "https://example.org/y"]
-    assert [j["random_key"] for j in stored] == [1]  # the later duplicate changes nothing
-    assert api.counts("p") == {**ZERO, "todo": 2}
+    assert api.counts("p") == {**ZERO, "todo": 1}
+
+
+def _other(mode: str, n: int) -> dict:
+    return _spec(mode, value=f"https://example.org/y{n}",
+                 **({"id": f"job-y{n}"} if mode == "external_id" else {}))
+
+
+@pytest.mark.parametrize("mode", ["external_id", "unique_value"])
+def test_in_batch_duplicates_with_different_random_keys_are_a_conflict(api, mode):
+    """A5: one batch may not name two random keys for one job."""
+    api.put_project("p", identity_mode=mode)
+    other = _other(mode, 1)
+    batch = [_other(mode, 0), {**other, "random_key": 1}, {**other, "random_key": 2}]
+    err = _error(api.enqueue("p", batch), 409, "identity_conflict")
+    assert (err["details"]["index"], err["details"]["first_index"]) == (2, 1)
+    assert api.counts("p") == ZERO
+
+
+@pytest.mark.parametrize("mode", ["external_id", "unique_value"])
+def test_in_batch_duplicates_agree_on_the_random_key_any_copy_names(api, mode):
+    api.put_project("p", identity_mode=mode)
+    same, late, early = _other(mode, 1), _other(mode, 2), _other(mode, 3)
+    _enqueued(api.enqueue("p", [{**same, "random_key": 5}, {**same, "random_key": 5},
+                                late, {**late, "random_key": -9},
+                                {**early, "random_key": 11}, early]), 6, 3, "p")
+    keys = {j["value"]: j["random_key"] for j in _all_jobs(api, "p")}
+    assert keys == {same["value"]: 5, late["value"]: -9, early["value"]: 11}
 
 
 @pytest.mark.parametrize("change", sorted(set(CHANGES) - {"value"}))

@@ -406,9 +406,10 @@ def test_json_with_charset_parameter_is_json(api, client, admin_token):
 
 
 def test_json_to_the_source_route_is_415(api, client, admin_token):
+    """The contract's code for a source body of another type is invalid_request."""
     response = _raw(client, "POST", "/api/v1/admin/projects/p/source", json.dumps({"jobs": values(1)}),
                     token=admin_token)
-    _error(response, 415, "unsupported_media_type")
+    _error(response, 415, "invalid_request")
     assert api.counts("p")["todo"] == 0
 
 

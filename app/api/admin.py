@@ -17,9 +17,6 @@ from app.projects import enqueue, jobs_admin, service, source_import
 from workers.protocol import SpecError, is_identifier, normalize_jobspec
 from workers.source import Limits
 
-MAX_JOBS_PER_BATCH = 10_000
-
-
 @bp.get("/admin/projects")
 def list_projects():
     require("admin")
@@ -47,14 +44,18 @@ def delete_project(project_id):
     return "", 204
 
 
+def _job_list(value, path):
+    # No count limit: the 8 MiB body limit bounds a batch.
+    if not isinstance(value, list) or not value:
+        raise InvalidRequest("jobs must be a non-empty list of JobSpecs", details={"field": path})
+    return value
+
+
 @bp.post("/admin/projects/<project_id>/jobs")
 def enqueue_jobs(project_id):
+    """One atomic batch: every job goes in, or (on a conflict) none does."""
     require("admin")
-    body = v.check(v.json_body(body_limit("enqueue")), {"jobs": lambda value, path: value})
-    jobs = body["jobs"]
-    if not isinstance(jobs, list) or not 1 <= len(jobs) <= MAX_JOBS_PER_BATCH:
-        raise InvalidRequest(f"jobs must be a list of 1..{MAX_JOBS_PER_BATCH} JobSpecs",
-                             details={"field": "jobs"})
+    jobs = v.check(v.json_body(body_limit("enqueue")), {"jobs": _job_list})["jobs"]
     project = service.get(project_id)
     specs = []
     for index, raw in enumerate(jobs):
@@ -66,22 +67,29 @@ def enqueue_jobs(project_id):
     return jsonify(project_id=project_id, submitted=result.submitted, inserted=result.inserted)
 
 
+SOURCE_TYPES = ("application/zstd", "application/octet-stream")
+
+
 @bp.post("/admin/projects/<project_id>/source")
 def enqueue_source(project_id):
+    """Stream a jobs-jsonl-zstd-v1 body in, committing batch by batch."""
     require("admin")
-    if request.mimetype != "application/zstd":
-        raise UnsupportedMediaType("expected application/zstd", details={"content_type": request.mimetype})
+    if request.mimetype not in SOURCE_TYPES:
+        raise UnsupportedMediaType("source body must be application/zstd", code="invalid_request",
+                                   details={"content_type": request.mimetype})
     cfg = current_app.config
     length = request.content_length
     if length is not None and length > cfg["SOURCE_MAX_COMPRESSED"]:
-        raise TooLarge("compressed source too large", details={"limit": cfg["SOURCE_MAX_COMPRESSED"],
-                                                               "committed": 0})
+        # Refused before reading, as a body over the limit; a stream that
+        # grows past it is a decoding error (400 invalid_job) instead.
+        raise TooLarge("compressed source too large", code="invalid_request",
+                       details={"limit": cfg["SOURCE_MAX_COMPRESSED"], "committed": 0})
     limits = Limits(max_compressed=cfg["SOURCE_MAX_COMPRESSED"], max_expanded=cfg["SOURCE_MAX_EXPANDED"],
                     max_jobs=cfg["SOURCE_MAX_JOBS"], max_line=cfg["SOURCE_MAX_LINE"],
                     max_window=cfg["SOURCE_MAX_WINDOW"])
     result = source_import.import_source(project_id, request.stream, limits=limits,
                                          batch_size=cfg["SOURCE_BATCH"])
-    return jsonify(jobs=result.jobs, inserted=result.inserted,
+    return jsonify(project_id=project_id, jobs=result.jobs, inserted=result.inserted,
                    uncompressed_bytes=result.uncompressed_bytes)
 
 
