@@ -22,7 +22,7 @@ def job(job_id):
         detail = jobs_admin.detail(project_id, job_id)
     except (InvalidRequest, NotFound):
         abort(404)
-    attempt_ids = [int(a["attempt_id"]) for a in detail["attempt_history"]]
+    attempt_ids = [a["number"] for a in detail["attempt_history"]]
     return render_template("admin/job.html", project_id=project_id, job=detail,
                            receipts=receipts.for_job(job_id),
                            deliveries=admin_lookups.deliveries_for_attempts(project_id, attempt_ids))

@@ -57,7 +57,8 @@ def _full_job(row) -> dict:
         "via": m["via"], "hops": m["hops"], "attr": m["attr"], "random_key": m["random_key"],
         "state": m["state"], "created_at": _ts(m["created_at"]), "updated_at": _ts(m["updated_at"]),
         "not_before": _ts(m["not_before"]), "deadline_at": _ts(m["deadline_at"]),
-        "current_attempt_id": str(m["current_attempt_id"]) if m["current_attempt_id"] else None,
+        "current_attempt_id": (m["attempt_wire_id"] or str(m["current_attempt_id"])
+                               if m["current_attempt_id"] else None),
         "worker_id": m["worker_id"], "lease_expires_at": _ts(m["lease_expires_at"]),
         "resets": m["resets"], "attempts": m["attempts_count"], "last_error": m["last_error"],
     }
@@ -160,13 +161,18 @@ def contract_detail(project_id: str, job_id: int) -> dict:
 
 
 def detail(project_id: str, job_id: int) -> dict:
-    """FleetHQ's full view with the attempt history."""
-    job = _full_job(_load(project_id, job_id))
+    """FleetHQ's full view with the attempt history, the artifact receipts of
+    the completing attempt and when the job ended."""
+    row = _load(project_id, job_id)
+    job = _full_job(row)
+    job["artifact_receipts"] = _receipts(row._mapping["done_payload"])
+    job["completed_at"] = job["updated_at"] if job["state"] in _FINISHED else None
     attempts = db.session.execute(text(
-        "SELECT id, worker_id, state, created_at, lease_expires_at, deadline_at, finished_at, "
-        "outcome, error FROM attempts WHERE job_id = :id ORDER BY id"), {"id": job_id}).all()
+        "SELECT id, COALESCE(wire_id, id::text) AS wire, worker_id, state, created_at, "
+        "lease_expires_at, deadline_at, finished_at, outcome, error "
+        "FROM attempts WHERE job_id = :id ORDER BY id"), {"id": job_id}).all()
     job["attempt_history"] = [{
-        "attempt_id": str(a.id), "worker_id": a.worker_id, "state": a.state,
+        "attempt_id": a.wire, "number": a.id, "worker_id": a.worker_id, "state": a.state,
         "created_at": _ts(a.created_at), "lease_expires_at": _ts(a.lease_expires_at),
         "deadline_at": _ts(a.deadline_at), "finished_at": _ts(a.finished_at),
         "outcome": a.outcome, "error": a.error} for a in attempts]
