@@ -2,6 +2,8 @@
 
 ``FLEETHQ_<NAME>`` sets any key below (values are parsed as JSON when they
 look like JSON); ``DATABASE_URL`` and ``REDIS_URL`` keep their usual names.
+When ``DATABASE_URL`` is set nowhere, a running ``make dev`` stack found in
+the data directory supplies both (:mod:`app.devstate`).
 """
 from __future__ import annotations
 
@@ -11,11 +13,15 @@ import os
 
 class Defaults:
     SECRET_KEY = None
+    # A file holding the key instead (``flask fleet web-keygen --out FILE``
+    # writes one); it must not be readable by group or others.
+    SECRET_KEY_FILE = None
     DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/fleethq"
     REDIS_URL = "redis://127.0.0.1:6379/0"
     DATA_DIR = "var"
     # Body limits of DESIGN §6.
-    WORKER_BODY_LIMIT = 64 * 1024
+    WORKER_BODY_LIMIT = 64 * 1024      # fleet control bodies (DESIGN §7)
+    API_BODY_LIMIT = 8 * 1024 * 1024   # JSON bodies of the SavewebHQ operations, as SavewebHQ's
     ENQUEUE_BODY_LIMIT = 8 * 1024 * 1024
     # Source imports (§4.4).
     SOURCE_MAX_COMPRESSED = 256 * 1024 * 1024
@@ -74,7 +80,19 @@ def load(overrides: dict | None = None) -> dict:
     for key, raw in os.environ.items():
         if key.startswith("S3_") and raw:
             cfg[key] = raw
-    cfg.update(overrides or {})
+    overrides = overrides or {}
+    cfg.update(overrides)
+    if not ("DATABASE_URL" in overrides or os.environ.get("DATABASE_URL")
+            or os.environ.get("FLEETHQ_DATABASE_URL")):
+        from app import devstate
+        found = devstate.live_urls(cfg["DATA_DIR"])
+        if "REDIS_URL" in overrides or os.environ.get("REDIS_URL") or os.environ.get("FLEETHQ_REDIS_URL"):
+            found.pop("REDIS_URL", None)
+        cfg.update(found)
+    if os.environ.get("FLEETHQ_SECRET_KEY") and os.environ.get("FLEETHQ_SECRET_KEY_FILE"):
+        raise ValueError("set FLEETHQ_SECRET_KEY or FLEETHQ_SECRET_KEY_FILE, not both")
+    if cfg.get("SECRET_KEY_FILE") and not cfg.get("SECRET_KEY"):  # a key given to create_app wins
+        cfg["SECRET_KEY"] = read_secret_file(cfg["SECRET_KEY_FILE"])
     cfg["SQLALCHEMY_DATABASE_URI"] = sqlalchemy_url(cfg["DATABASE_URL"])
     size = cfg["FLEET_POOL_SIZE"]
     if not isinstance(size, int) or isinstance(size, bool) or not 16 <= size <= 64:
@@ -84,6 +102,21 @@ def load(overrides: dict | None = None) -> dict:
         "pool_pre_ping": True, "connect_args": {"application_name": "fleethq-fleet"}}}
     cfg["LISTEN_DSN"] = libpq_url(cfg["SQLALCHEMY_DATABASE_URI"])
     return cfg
+
+
+def read_secret_file(path: str) -> str:
+    """A secret kept in a private file: refused when group or others may read it."""
+    try:
+        mode = os.stat(path).st_mode
+        if mode & 0o077:
+            raise ValueError(f"secret file {path} must not allow group or other access (chmod 600)")
+        with open(path, encoding="utf-8") as fh:
+            value = fh.read(2048).strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read secret file {path}: {exc.strerror}") from None
+    if not value or len(value) > 1024:
+        raise ValueError(f"secret file {path} must hold 1..1024 characters")
+    return value
 
 
 def sqlalchemy_url(url: str) -> str:

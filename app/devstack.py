@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from app import embedded
+from app import devstate, embedded
 from app.devdemo import DEMO_PROJECT, demo, pdf_demo
 from app.devprocs import Stack, StepFailed, Stop, print_lock, say, wait_ready
 
@@ -38,6 +38,7 @@ Try this in another shell:
   seq 1 1000 | sed 's|^|https://example.org/n/|' | .venv/bin/hqctl enqueue {DEMO_PROJECT}
   .venv/bin/hqctl jobs list {DEMO_PROJECT} --status todo --limit 5
   curl -s $FLEETHQ_MASTER/metrics | grep fleethq_queue_depth
+  .venv/bin/flask --app wsgi fleet projects     # host commands find this stack (var/devstack.json)
 
 Ctrl-C stops everything; data stays in var/ for the next `make dev`.
 """
@@ -63,10 +64,14 @@ def run(args) -> int:
     token_file = var / "dev-admin.token"
     stack = Stack(var)
     try:
-        env = {**os.environ, **stack.services(),
+        services = stack.services()
+        # Lets `flask --app wsgi fleet …` in another shell find this stack.
+        devstate.write(var, database_url=services["DATABASE_URL"], redis_url=services["REDIS_URL"])
+        env = {**os.environ, **services,
                "FLEETHQ_DEV_MODE": "true", "FLEETHQ_DATA_DIR": str(var),
                "FLEETHQ_BIND": f"127.0.0.1:{port}", "PYTHONUNBUFFERED": "1"}
-        env.setdefault("FLEETHQ_SECRET_KEY", secret_key(var))
+        if not env.get("FLEETHQ_SECRET_KEY_FILE"):
+            env.setdefault("FLEETHQ_SECRET_KEY", secret_key(var))
         env.setdefault("FLEETHQ_LOG_JSON", "false")  # readable lines in a terminal
 
         stack.run_step("migrate", [py, "-m", "flask", "--app", "wsgi", "db", "upgrade"], env)
@@ -96,6 +101,7 @@ def run(args) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         say("devstack", "stopping")
+        devstate.remove(var)
         stack.shutdown()
 
 

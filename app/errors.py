@@ -1,6 +1,6 @@
 """The domain exception tree; the API maps it to the error envelope.
 
-    FleetError                       (500 internal)
+    FleetError                       (500 internal_error)
     ├── InvalidRequest               400 invalid_request
     │   └── InvalidJob               400 invalid_job
     ├── InvalidToken                 401 invalid_machine_token
@@ -18,17 +18,19 @@ from __future__ import annotations
 
 class FleetError(Exception):
     status = 500
-    code = "internal"
+    code = "internal_error"
     retryable = False
 
     def __init__(self, message: str, *, code: str | None = None, details: dict | None = None,
-                 retry_after_ms: int | None = None):
+                 retry_after_ms: int = 0):
         super().__init__(message)
         self.message = message
         if code:
             self.code = code
         self.details = details or {}
-        self.retry_after_ms = retry_after_ms
+        # Always an integer on the wire (0: nothing to wait for); SavewebHQ's
+        # clients decode it as int64 and refuse null.
+        self.retry_after_ms = int(retry_after_ms or 0)
 
     def envelope(self) -> dict:
         return {"error": {

@@ -27,7 +27,7 @@ import time
 import redis
 import requests
 
-from _common import ROOT, VERSION, admin_token, free_port, fresh_database, stop
+from _common import ROOT, VERSION, admin_token, free_port, fresh_database, stop, wait_ready
 
 sys.path.insert(0, ROOT)
 from tests.fleet_helpers import new_identity  # noqa: E402
@@ -60,14 +60,7 @@ class Master:
         self.tasks = subprocess.Popen([os.path.join(bin_dir, "dramatiq"), "tasks", "--processes", "1",
                                        "--threads", "4"], cwd=ROOT, env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(200):
-            try:
-                if requests.get(self.base + "/readyz", timeout=1).status_code == 200:
-                    return
-            except requests.ConnectionError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("master did not start")
+        wait_ready(self.base + "/readyz", self.web)
 
     def pids(self) -> list[int]:
         """The web and task processes and their children (workers, parse zygotes)."""

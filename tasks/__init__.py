@@ -19,8 +19,9 @@ def make_broker():
     if os.environ.get("FLEETHQ_STUB_BROKER"):
         broker = StubBroker()
     else:
-        url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-        broker = RedisBroker(url=url)
+        from app import config
+        # The configured Redis, which may be a running `make dev` stack's.
+        broker = RedisBroker(url=config.load()["REDIS_URL"])
     broker.add_middleware(AppContext())
     return broker
 

@@ -570,3 +570,16 @@ def test_hooks_consumers_deliveries_and_retry(pages, api, app):
     message, _ = pages.act(f"/admin/hooks/deliveries/{delivery}/retry", expect="error")
     assert "delivered" in message
     assert pages.get("/admin/hooks?state=bogus").status_code == 303
+
+
+def test_worker_id_search_finds_its_user(pages, api, make_user):
+    """SavewebHQ's worker search: the user a worker id was last seen with."""
+    api.put_project("p")
+    api.enqueue("p", values(1))
+    vol = Api(api.client, make_user("volunteer-7", ["worker"]))
+    assert vol.claim("p", worker_id="k3x9q2a").status_code == 200
+    page = pages.text("/admin/workers?worker_id=k3x9q2a")
+    owners = page.split('id="worker-owners"', 1)[1].split("</table>", 1)[0]
+    assert "k3x9q2a" in owners and "volunteer-7" in owners
+    none = pages.text("/admin/workers?worker_id=nobody-uses-this")
+    assert 'id="worker-owners-none"' in none and 'id="worker-owners"' not in none

@@ -102,10 +102,10 @@ def test_eight_workers_drain_ten_thousand_jobs_exactly_once(app, live_server, ad
 
     assert sql(app, "SELECT count(*) FROM attempts")[0][0] == total
     assert sql(app, "SELECT count(*) FROM attempts WHERE state = 'done'")[0][0] == total
-    db_pairs = {(str(j), str(a)) for j, a in sql(
+    db_pairs = {(j, str(a)) for j, a in sql(
         app, "SELECT id, current_attempt_id FROM jobs WHERE project_id = 'big'")}
     assert db_pairs == set(pairs)
-    db_workers = dict(sql(app, "SELECT id::text, worker_id FROM jobs WHERE project_id = 'big'"))
+    db_workers = dict(sql(app, "SELECT id, worker_id FROM jobs WHERE project_id = 'big'"))
     assert db_workers == owner_of
     expected = {**ALL_ZERO, "done": total}
     assert admin.counts("big") == expected
@@ -142,7 +142,7 @@ def test_complete_racing_lease_expiry_is_decided_exactly_one_way(app, live_serve
         UPDATE attempts a SET lease_expires_at = upd.lease_expires_at FROM upd
         WHERE a.id = upd.current_attempt_id
         RETURNING upd.id, extract(epoch FROM upd.lease_expires_at)""", step=step)
-    expiry = {str(job_id): float(at) for job_id, at in rows}
+    expiry = {job_id: float(at) for job_id, at in rows}
     assert len(expiry) == n
 
     outcome: dict[str, dict] = {}
@@ -221,11 +221,11 @@ def test_complete_racing_lease_expiry_is_decided_exactly_one_way(app, live_serve
     assert not set(stolen_jobs) & won, "a job completed by its owner was handed out again"
 
     first_attempt = {j["job_id"]: j["attempt_id"] for j in owned}
-    state = {str(r[0]): r for r in sql(app, """
+    state = {r[0]: r for r in sql(app, """
         SELECT id, state, resets, current_attempt_id::text, worker_id FROM jobs WHERE project_id = 'race'""")}
-    attempts: dict[str, list[tuple[str, str]]] = {}
+    attempts: dict[int, list[tuple[str, str]]] = {}
     for job_id, attempt_id, attempt_state in sql(
-            app, "SELECT job_id::text, id::text, state FROM attempts ORDER BY attempts.id"):
+            app, "SELECT job_id, id::text, state FROM attempts ORDER BY attempts.id"):
         attempts.setdefault(job_id, []).append((attempt_id, attempt_state))
 
     for job_id in won:

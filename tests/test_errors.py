@@ -27,9 +27,11 @@ def _error(response, status: int, code: str) -> dict:
     assert err["code"] == code
     assert isinstance(err["message"], str) and err["message"]
     assert isinstance(err["details"], dict)
+    # Always an integer: SavewebHQ's clients decode it as int64.
+    assert isinstance(err["retry_after_ms"], int) and not isinstance(err["retry_after_ms"], bool)
     if status != 429:
         assert err["retryable"] is False
-        assert err["retry_after_ms"] is None
+        assert err["retry_after_ms"] == 0
     return err
 
 
@@ -260,7 +262,7 @@ BAD_CLAIMS = {
     "wait_ms-bool": ({**GOOD_CLAIM, "wait_ms": True}, "wait_ms"),
     "accept_types-string": ({**GOOD_CLAIM, "accept_types": "seed"}, "accept_types"),
     "accept_types-unknown": ({**GOOD_CLAIM, "accept_types": ["page"]}, "accept_types[0]"),
-    "accept_types-duplicate": ({**GOOD_CLAIM, "accept_types": ["seed", "seed"]}, "accept_types"),
+    "accept_types-17": ({**GOOD_CLAIM, "accept_types": ["seed"] * 17}, "accept_types"),
     "policy_version-string": ({**GOOD_CLAIM, "policy_version": "1"}, "policy_version"),
     "policy_version-bool": ({**GOOD_CLAIM, "policy_version": True}, "policy_version"),
 }
@@ -285,7 +287,7 @@ def test_claim_edges_are_accepted(api):
 
 
 def _item(kind: str, n: int) -> dict:
-    ids = [{"job_id": str(i + 1), "attempt_id": str(i + 1)} for i in range(n)]
+    ids = [{"job_id": i + 1, "attempt_id": str(i + 1)} for i in range(n)]
     if kind == "complete":
         return {"worker_id": "w1", "items": [{**i, "outcome": {"kind": "success"}} for i in ids]}
     if kind == "fail":
@@ -314,19 +316,28 @@ def test_256_items_are_accepted(api, kind):
 
 
 @pytest.mark.parametrize("kind, payload, field", [
-    ("complete", {"worker_id": "w1", "items": [{"job_id": "1", "attempt_id": "1",
+    ("complete", {"worker_id": "w1", "items": [{"job_id": 1, "attempt_id": "1",
                                                 "outcome": {"kind": "failure"}}]}, "items[0].outcome.kind"),
-    ("complete", {"worker_id": "w1", "items": [{"job_id": "1", "attempt_id": "1",
+    ("complete", {"worker_id": "w1", "items": [{"job_id": 1, "attempt_id": "1",
                                                 "outcome": {"kind": "success", "code": 1000}}]},
      "items[0].outcome.code"),
-    ("complete", {"worker_id": "w1", "items": [{"job_id": "1", "attempt_id": "1"}]},
+    ("complete", {"worker_id": "w1", "items": [{"job_id": 1, "attempt_id": "1"}]},
      "items[0].outcome"),
-    ("fail", {"worker_id": "w1", "items": [{"job_id": "1", "attempt_id": "1", "retryable": 1,
+    ("complete", {"worker_id": "w1", "items": [{"job_id": "1", "attempt_id": "1",
+                                                "outcome": {"kind": "success"}}]},
+     "items[0].job_id"),
+    ("complete", {"worker_id": "w1", "items": [{"job_id": 0, "attempt_id": "1",
+                                                "outcome": {"kind": "success"}}]},
+     "items[0].job_id"),
+    ("fail", {"worker_id": "w1", "items": [{"job_id": 1, "attempt_id": "1", "retryable": 1,
                                             "error": {"code": "network", "message": "x"}}]},
      "items[0].retryable"),
-    ("fail", {"worker_id": "w1", "items": [{"job_id": "1", "attempt_id": "1", "retryable": True,
+    ("fail", {"worker_id": "w1", "items": [{"job_id": 1, "attempt_id": "1", "retryable": True,
                                             "error": {"code": "network", "message": "x" * 2049}}]},
      "items[0].error.message"),
+    ("fail", {"worker_id": "w1", "items": [{"job_id": 1, "attempt_id": "1", "retryable": True,
+                                            "error": {"code": "has space", "message": "x"}}]},
+     "items[0].error.code"),
     ("extend-lease", {"worker_id": "w1", "extend_seconds": 0,
                       "items": [{"job_id": "1", "attempt_id": "1"}]}, "extend_seconds"),
     ("extend-lease", {"worker_id": "w1", "extend_seconds": 60,
@@ -340,22 +351,48 @@ def test_invalid_result_bodies_are_400(api, kind, payload, field):
 # ------------------------------------------------------------------------ 413
 
 
-def test_worker_body_over_64_kib_is_413(api, client, admin_token):
+def _receipt(i: int) -> dict:
+    return {"id": f"r{i}", "issuer": "warc-receiver.example", "object_id": f"s3://bucket/obj/{i:08d}",
+            "checksum": "sha256:" + hashlib.sha256(str(i).encode()).hexdigest(),
+            "size_bytes": 1024 + i, "accepted_at": 1_700_000_000 + i}
+
+
+def test_a_256_item_complete_with_receipts_is_accepted(api, client, admin_token):
+    """About 100 KB: SavewebHQ's 8 MiB limit, not the fleet's 64 KiB one."""
+    payload = json.dumps({"worker_id": "w1", "items": [
+        {"job_id": i + 1, "attempt_id": str(i + 1), "outcome": {"kind": "success"},
+         "artifact_receipts": [_receipt(i)]} for i in range(256)]})
+    assert len(payload) > 64 * 1024
+    response = _raw(client, "POST", "/api/v1/projects/p/jobs/complete", payload, token=admin_token)
+    assert response.status_code == 200, body(response)
+    assert len(body(response)["results"]) == 256
+
+
+def test_worker_body_over_8_mib_is_400(api, client, admin_token):
+    """SavewebHQ answers an oversized body as 400 invalid_request."""
     api.enqueue("p", values(1))
-    payload = json.dumps({**GOOD_CLAIM, "worker_id": "w1", "pad": "x" * (64 * 1024)})
-    err = _error(_raw(client, "POST", CLAIM_PATH, payload, token=admin_token), 413, "too_large")
-    assert err["details"].get("limit") == 64 * 1024
+    payload = json.dumps({**GOOD_CLAIM, "worker_id": "w1", "pad": "x" * (8 * 1024 * 1024)})
+    err = _error(_raw(client, "POST", CLAIM_PATH, payload, token=admin_token), 400, "invalid_request")
+    assert err["details"].get("limit") == 8 * 1024 * 1024
     assert api.counts("p")["todo"] == 1
 
 
-def test_worker_body_over_64_kib_without_content_length_is_413(api, client, admin_token):
+def test_worker_body_over_8_mib_without_content_length_is_400(api, client, admin_token):
     """A streamed body with no Content-Length is cut off at the limit too."""
-    payload = json.dumps({**GOOD_CLAIM, "pad": "x" * (64 * 1024)}).encode()
+    payload = json.dumps({**GOOD_CLAIM, "pad": "x" * (8 * 1024 * 1024)}).encode()
     response = client.post(CLAIM_PATH, input_stream=io.BytesIO(payload),
                            headers={"Authorization": f"Bearer {admin_token}",
                                     "X-Client-Version": VERSION, "Content-Type": "application/json"},
                            environ_overrides={"wsgi.input_terminated": True})
-    _error(response, 413, "too_large")
+    _error(response, 400, "invalid_request")
+
+
+def test_body_errors_come_after_the_token_check(api, client):
+    """SavewebHQ authenticates first: a bad token with a bad body is 401."""
+    _error(_raw(client, "POST", CLAIM_PATH, "{not json", token="fhq_not-a-real-token"),
+           401, "invalid_machine_token")
+    _error(_raw(client, "POST", CLAIM_PATH, "{not json", content_type="text/plain",
+                token="fhq_not-a-real-token"), 401, "invalid_machine_token")
 
 
 def test_enqueue_body_over_8_mib_is_413_and_below_is_accepted(api, client, admin_token):
@@ -378,9 +415,17 @@ def test_enqueue_body_over_8_mib_is_413_and_below_is_accepted(api, client, admin
 # ------------------------------------------------------------------------ 415
 
 
-@pytest.mark.parametrize("method, path", [("POST", CLAIM_PATH),
-                                          ("POST", "/api/v1/projects/p/jobs/complete"),
-                                          ("POST", "/api/v1/admin/projects/p/jobs"),
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded",
+                                          "application/zstd"])
+@pytest.mark.parametrize("path", [CLAIM_PATH, "/api/v1/projects/p/jobs/complete"])
+def test_non_json_body_to_a_worker_route_is_400(api, client, admin_token, path, content_type):
+    """As SavewebHQ: a wrong content type is an invalid request."""
+    err = _error(_raw(client, "POST", path, json.dumps(GOOD_CLAIM), content_type=content_type,
+                      token=admin_token), 400, "invalid_request")
+    assert err["details"].get("content_type") == content_type
+
+
+@pytest.mark.parametrize("method, path", [("POST", "/api/v1/admin/projects/p/jobs"),
                                           ("PATCH", "/api/v1/admin/projects/p"),
                                           ("PUT", "/api/v1/admin/users/someone")])
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded",
@@ -512,7 +557,7 @@ def test_500_never_carries_internals(database_url):
     assert response.headers["Cache-Control"] == "no-store"
     err = json.loads(response.data)["error"]
     assert set(err) == ENVELOPE_KEYS
-    assert err["code"] == "internal"
+    assert err["code"] == "internal_error"
     text = response.data.decode()
     for leak in ("hunter2", "RuntimeError", "secret.py", "Traceback", "psycopg"):
         assert leak not in text

@@ -286,7 +286,7 @@ def test_pending_node_sees_status_but_no_job_route(app, client, api):
     assert body(status)["worker_id"] == node.node_id
     assert body(status)["name"] == "pending-box"
 
-    fake = {"job_id": "1", "attempt_id": "1"}
+    fake = {"job_id": 1, "attempt_id": "1"}
     denied = {
         "claim": node.claim("gen"),
         "complete": node_complete(node, "gen", [fake]),
@@ -359,7 +359,7 @@ def test_draining_node_gets_no_new_work_but_finishes_what_it_holds(app, client, 
     assert cli_json(cli(app, "fleet", "worker", "drain", node.node_id))["status"] == "draining"
     empty = node.claim("gen", max_jobs=5)
     assert empty.status_code == 200, body(empty)
-    assert body(empty) == {"project_id": "gen", "jobs": [], "retry_after_ms": 0,
+    assert body(empty) == {"project_id": "gen", "jobs": [], "retry_after_ms": 1000,
                            "policy_version": body(empty)["policy_version"]}
     assert claimed(node.claim("gen", max_jobs=5, wait_ms=200), 0) == []
     assert sql(app, "SELECT count(*) FROM attempts")[0][0] == 3

@@ -157,7 +157,7 @@ def test_wrong_worker_id_is_stale(api):
         [r] = results(response)
         assert r["status"] == "rejected"
         assert r["error"]["code"] == "stale_attempt"
-        assert r["job_status"] == "wip"
+        assert r["job_status"] is None  # as SavewebHQ answers a rejected item
 
     info = detail(api, "p", job["job_id"])
     assert info["state"] == "wip" and info["resets"] == 0
@@ -257,7 +257,7 @@ def test_complete_after_fail_of_the_same_attempt_is_rejected(api):
     results(api.fail("p", [a], retryable=True))
     [r] = results(api.complete("p", [a]))
     assert r["status"] == "rejected" and r["error"]["code"] == "stale_attempt"
-    assert r["job_status"] == "todo"
+    assert r["job_status"] is None
     info = detail(api, "p", a["job_id"])
     assert info["state"] == "todo" and info["outcome"] is None
     assert [x["state"] for x in info["attempt_history"]] == ["failed"]
@@ -312,7 +312,7 @@ def test_a_claim_that_takes_nothing_still_reaps_expired_leases(api, app):
     assert api.counts("p") == {**ALL_ZERO, "todo": 1}
     [r] = results(api.complete("p", [job], worker_id="w1"))
     assert r["status"] == "rejected" and r["error"]["code"] == "stale_attempt"
-    assert r["job_status"] == "todo"
+    assert r["job_status"] is None
 
 
 def test_expired_lease_sweep_returns_job_to_todo(api, app):
@@ -331,7 +331,7 @@ def test_expired_lease_sweep_returns_job_to_todo(api, app):
 
     [r] = results(api.complete("p", [a]))
     assert r["status"] == "rejected" and r["error"]["code"] == "stale_attempt"
-    assert r["job_status"] == "todo"
+    assert r["job_status"] is None
     assert api.counts("p") == {**ALL_ZERO, "todo": 1, "wip": 1}
     [again] = claim_jobs(api, "p")
     assert again["job_id"] == a["job_id"]
@@ -576,7 +576,7 @@ def test_sweep_fails_a_queued_job_whose_task_deadline_passed(api, app):
     api.enqueue("p", values(2))
     jobs = body(api.call("GET", "/api/v1/admin/projects/p/jobs"))["jobs"]
     late, fine = jobs[0]["job_id"], jobs[1]["job_id"]
-    sql(app, "UPDATE jobs SET deadline_at = now() - interval '1 second' WHERE id = :id", id=int(late))
+    sql(app, "UPDATE jobs SET deadline_at = now() - interval '1 second' WHERE id = :id", id=late)
 
     assert sweep(app)["overdue"] == 1
     info = detail(api, "p", late)
@@ -640,7 +640,7 @@ def test_every_claim_creates_a_new_attempt(api, app):
     assert [a["state"] for a in info["attempt_history"]] == ["failed", "expired", "done"]
     assert [a["worker_id"] for a in info["attempt_history"]] == ["w1", "w1", "w2"]
     assert info["attempts"] == 3
-    assert info["outcome"]["outcome"] == {"kind": "success"}
+    assert info["outcome"]["outcome"] == {"kind": "success", "code": None, "uri": None, "meta": {}}
     assert sql(app, "SELECT count(*) FROM attempts")[0][0] == 3
 
 
@@ -693,3 +693,63 @@ def test_draining_project_still_takes_reports_of_in_flight_attempts(api, app):
     assert r["status"] == "applied"
     assert api.counts("p") == real_counts(app, "p") == \
         {**ALL_ZERO, "todo": 2, "done": 2, "failed": 1}
+
+
+# ------------------------------------------------- SavewebHQ attempt ids, worker map
+
+
+def test_an_attempt_with_a_wire_id_is_finished_by_that_id(api, app):
+    """Attempts imported from SavewebHQ keep the ``at_…`` ids their workers
+    hold; complete, extend and fail find the attempt by it."""
+    api.put_project("p")
+    api.enqueue("p", values(2))
+    a, b = claim_jobs(api, "p", max_jobs=2)
+    sql(app, "UPDATE attempts SET wire_id = :w WHERE id = :id", w="at_imported-A", id=int(a["attempt_id"]))
+    sql(app, "UPDATE attempts SET wire_id = :w WHERE id = :id", w="at_imported-B", id=int(b["attempt_id"]))
+    held_a = {**a, "attempt_id": "at_imported-A"}
+    held_b = {**b, "attempt_id": "at_imported-B"}
+
+    [r] = results(api.extend("p", [held_a]))
+    assert r["status"] == "applied" and r["attempt_id"] == "at_imported-A" and r["job_status"] == "wip"
+    [r] = results(api.complete("p", [{**a, "attempt_id": "at_someone-else"}]))
+    assert r["status"] == "rejected" and r["error"]["code"] == "stale_attempt"
+    [r] = results(api.complete("p", [held_a]))
+    assert r["status"] == "applied" and r["job_status"] == "done"
+    [r] = results(api.complete("p", [held_a]))  # a lost answer, replayed
+    assert r["status"] == "applied"
+    [r] = results(api.fail("p", [held_b], retryable=False))
+    assert r["status"] == "applied" and r["job_status"] == "failed"
+    assert detail(api, "p", a["job_id"])["state"] == "done"
+
+
+def test_rejected_items_carry_savewebhq_error_objects(api):
+    api.put_project("p")
+    [r] = results(api.complete("p", [{"job_id": 99, "attempt_id": "at_nothing"}]))
+    assert r == {"job_id": 99, "attempt_id": "at_nothing", "status": "rejected", "job_status": None,
+                 "lease_expires_at": None,
+                 "error": {"code": "stale_attempt", "message": r["error"]["message"],
+                           "retryable": False, "retry_after_ms": 0, "details": {}}}
+
+
+def test_claims_and_outcomes_map_the_worker_id_to_its_user(api, app, make_user):
+    """SavewebHQ's worker map: one user per worker id, last writer wins,
+    gone with the user."""
+    api.put_project("p")
+    api.enqueue("p", values(2))
+    [job] = claim_jobs(api, "p", worker_id="abc1234", max_jobs=1)
+    assert sql(app, "SELECT worker_id, user_id FROM worker_users") == [("abc1234", "admin")]
+    other = Api(api.client, make_user("vol", ["worker"]))
+    assert other.claim("p", worker_id="abc1234", max_jobs=1).status_code == 200
+    assert sql(app, "SELECT worker_id, user_id FROM worker_users") == [("abc1234", "vol")]
+    results(api.complete("p", [job], worker_id="abc1234"))
+    assert sql(app, "SELECT worker_id, user_id FROM worker_users") == [("abc1234", "admin")]
+    sql(app, "DELETE FROM users WHERE id = 'admin'")
+    assert sql(app, "SELECT count(*) FROM worker_users") == [(0,)]
+
+
+def test_policy_of_a_draining_project_is_409(api):
+    api.put_project("p")
+    api.put_project("p", status="draining")
+    response = api.call("GET", "/api/v1/projects/p")
+    assert response.status_code == 409
+    assert body(response)["error"]["code"] == "project_not_active"

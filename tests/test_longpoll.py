@@ -74,7 +74,7 @@ def test_waiting_claim_returns_as_soon_as_a_job_is_enqueued(admin, live_server, 
 
     out = waiter.result()
     assert [j["id"] for j in out["jobs"]] == ["late"]
-    assert out["project_id"] == "p" and out["retry_after_ms"] == 0
+    assert out["project_id"] == "p" and out["retry_after_ms"] == 1000
     assert waiter.elapsed >= 0.4
     assert time.monotonic() - enqueued_at < 3.0, "woke long after the job arrived"
     assert waiter.elapsed < 5.0
@@ -198,7 +198,7 @@ def test_wait_with_nothing_arriving_returns_empty_after_wait_ms(admin, live_serv
     admin.put_project("p")
     out = Waiter(live_server, admin_token, "p", wait_ms=1000).start()
     result = out.result()
-    assert result == {"project_id": "p", "jobs": [], "retry_after_ms": 0, "policy_version": 1}
+    assert result == {"project_id": "p", "jobs": [], "retry_after_ms": 1000, "policy_version": 1}
     assert 0.9 <= out.elapsed < 5.0
 
 

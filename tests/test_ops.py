@@ -416,3 +416,144 @@ def test_gunicorn_conf_manages_its_own_multiprocess_dir(database_url, admin_toke
         assert value(parsed, "fleethq_claims_total", project=project) == 57
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------------ make dev, seen from another shell
+
+def _second_shell_env(**extra) -> dict:
+    """A shell beside `make dev`: nothing of FleetHQ exported."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "REDIS_URL") and not k.startswith("FLEETHQ_")}
+    return {**env, "PYTHONPATH": ROOT, **extra}
+
+
+def _flask(cwd, *args, **env) -> subprocess.CompletedProcess:
+    flask = os.path.join(os.path.dirname(sys.executable), "flask")
+    return subprocess.run([flask, "--app", "wsgi", "fleet", *args], cwd=cwd,
+                          env=_second_shell_env(**env), capture_output=True, text=True, timeout=120)
+
+
+class DevStack:
+    """``python -m app.devstack --no-demo`` (what `make dev` runs) in its own directory."""
+
+    def __init__(self, root):
+        self.root = root
+        self.lines: list[str] = []
+        self.ready = threading.Event()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "app.devstack", "--no-demo"], cwd=root,
+            env=_second_shell_env(FLEETHQ_PORT=str(free_port())),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for raw in self.proc.stdout:
+            self.lines.append(raw.rstrip("\n"))
+            if "is ready at" in raw:
+                self.ready.set()
+
+    def wait_ready(self, timeout=240):
+        if not self.ready.wait(timeout) or self.proc.poll() is not None:
+            pytest.fail("make dev did not come up:\n" + "\n".join(self.lines[-40:]))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        from app import embedded
+        # True when make dev did not stop its PostgreSQL itself.
+        self.left_postgres_running = embedded.stop_postgres(os.path.join(self.root, "var", "pg"))
+
+
+@pytest.mark.slow
+def test_host_commands_find_the_make_dev_stack_with_nothing_exported():
+    import shutil
+    import tempfile
+    root = tempfile.mkdtemp(prefix="fhq-dev-")  # short: the Redis socket path has a limit
+    state_file = os.path.join(root, "var", "devstack.json")
+    try:
+        stack = DevStack(root)
+        try:
+            _use_the_stack_from_a_second_shell(stack, root, state_file)
+        finally:
+            stack.stop()
+        assert stack.proc.returncode == 0, "\n".join(stack.lines[-40:])
+        assert not stack.left_postgres_running
+        assert not os.path.exists(state_file), "make dev left its state file behind"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _use_the_stack_from_a_second_shell(stack, root, state_file):
+    import json
+    import stat
+
+    import psycopg
+    stack.wait_ready()
+    assert stat.S_IMODE(os.stat(state_file).st_mode) == 0o600
+    with open(state_file) as fh:
+        state = json.load(fh)
+    assert state["pid"] == stack.proc.pid
+
+    # The README's master-host commands, in a second shell.
+    done = _flask(root, "put-project", "--project-id", "papers", "--client-versions", "my-worker-1",
+                  "--dispatch-qps", "50")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["created"] is True
+    done = _flask(root, "projects")
+    assert done.returncode == 0, done.stderr
+    assert "papers" in {p["id"] for p in json.loads(done.stdout)}
+    # ... and it is the dev stack's own PostgreSQL that holds the project.
+    with psycopg.connect(state["database_url"], connect_timeout=10) as conn:
+        row = conn.execute("SELECT dispatch_qps, client_versions FROM projects WHERE id = 'papers'").fetchone()
+    assert row == (50.0, ["my-worker-1"])
+
+
+def test_config_uses_a_dev_stack_record_only_when_its_database_answers(tmp_path, monkeypatch,
+                                                                     database_url, redis_url):
+    from app import config, devstate
+    for name in ("DATABASE_URL", "REDIS_URL", "FLEETHQ_DATABASE_URL", "FLEETHQ_REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("FLEETHQ_DATA_DIR", str(tmp_path))
+    path = devstate.write(tmp_path, database_url=database_url, redis_url=redis_url)
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    cfg = config.load()
+    assert (cfg["DATABASE_URL"], cfg["REDIS_URL"]) == (database_url, redis_url)
+    import tasks
+    monkeypatch.delenv("FLEETHQ_STUB_BROKER", raising=False)
+    broker = tasks.make_broker()  # the tasks' hints go to the same Redis
+    try:
+        kwargs = broker.client.connection_pool.connection_kwargs
+        assert kwargs["db"] == int(redis_url.rsplit("/", 1)[1])
+    finally:
+        broker.close()
+
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:6379/3")  # set: wins over the record
+    assert config.load()["REDIS_URL"] == "redis://127.0.0.1:6379/3"
+    monkeypatch.setenv("DATABASE_URL", "postgresql://elsewhere/x")  # set: the record is not read
+    assert config.load()["DATABASE_URL"] == "postgresql://elsewhere/x"
+    assert config.load({"DATABASE_URL": "postgresql://given/y"})["DATABASE_URL"] == "postgresql://given/y"
+    monkeypatch.delenv("DATABASE_URL")
+    monkeypatch.delenv("REDIS_URL")
+
+    # A stack killed hard leaves its record; once its server is gone it is ignored.
+    devstate.write(tmp_path, database_url=closed_port_url(), redis_url=redis_url)
+    cfg = config.load()
+    assert (cfg["DATABASE_URL"], cfg["REDIS_URL"]) == (config.Defaults.DATABASE_URL,
+                                                      config.Defaults.REDIS_URL)
+    devstate.remove(tmp_path)
+    assert not path.exists()
+
+
+def test_a_stack_removes_only_its_own_record(tmp_path):
+    import json
+
+    from app import devstate
+    path = tmp_path / devstate.STATE_FILE
+    path.write_text(json.dumps({"pid": os.getpid() + 1, "database_url": "postgresql://x/y"}))
+    devstate.remove(tmp_path)  # another stack's record: kept
+    assert path.exists()

@@ -306,7 +306,7 @@ def _fail_by_each(app, api, nodes, job_id):
 def test_sweep_fails_a_job_tried_by_three_distinct_workers(app, client, api):
     pdf_project(api, "papers", retry_backoff_seconds=0, max_resets=20)
     enqueue(api, "papers", papers(1))
-    [job_id] = [str(r[0]) for r in sql(app, "SELECT id FROM jobs")]
+    [job_id] = [r[0] for r in sql(app, "SELECT id FROM jobs")]
     a, b, c = (live_node(client, app, name=n) for n in "abc")
     _fail_by_each(app, api, [a, b, c], job_id)
     assert job_state(app, job_id)[0] == "todo"
@@ -321,7 +321,7 @@ def test_sweep_fails_a_job_tried_by_three_distinct_workers(app, client, api):
 def test_sweep_counts_distinct_workers_not_attempts(app, client, api):
     pdf_project(api, "papers", retry_backoff_seconds=0, max_resets=20)
     enqueue(api, "papers", papers(1))
-    [job_id] = [str(r[0]) for r in sql(app, "SELECT id FROM jobs")]
+    [job_id] = [r[0] for r in sql(app, "SELECT id FROM jobs")]
     a, b = live_node(client, app, name="a"), live_node(client, app, name="b")
     _fail_by_each(app, api, [a, b, a, b], job_id)   # 4 attempts, 2 workers
     assert sql(app, "SELECT count(*) FROM attempts")[0][0] == 4
@@ -334,7 +334,7 @@ def test_a_fourth_distinct_worker_never_gets_the_job(app, client, api):
     claim time, not only once the periodic sweep has run."""
     pdf_project(api, "papers", retry_backoff_seconds=0, max_resets=20)
     enqueue(api, "papers", papers(1))
-    [job_id] = [str(r[0]) for r in sql(app, "SELECT id FROM jobs")]
+    [job_id] = [r[0] for r in sql(app, "SELECT id FROM jobs")]
     a, b, c, d = (live_node(client, app, name=n) for n in "abcd")
     _fail_by_each(app, api, [a, b, c], job_id)
     assert claimed(d.claim("papers"), 0) == []

@@ -323,7 +323,7 @@ def test_claim_response_has_exactly_the_documented_fields(api):
     claim = body(response)
     assert set(claim) == CLAIM_KEYS
     assert claim["project_id"] == "p"
-    assert claim["retry_after_ms"] == 0
+    assert claim["retry_after_ms"] == 1000  # SavewebHQ's pause when the bucket gives no hint
     assert claim["policy_version"] == 1
     full, bare = claim["jobs"]
     assert set(full) == {"id", "value", "type", "via", "hops", "attr", "job_id", "attempt_id",
@@ -334,7 +334,8 @@ def test_claim_response_has_exactly_the_documented_fields(api):
     assert set(bare) == {"id", "value", "type", "job_id", "attempt_id", "lease_expires_at"}
     assert bare["type"] == "seed"
     for job in claim["jobs"]:
-        assert isinstance(job["job_id"], str) and isinstance(job["attempt_id"], str)
+        assert type(job["job_id"]) is int and job["job_id"] >= 1  # SavewebHQ's int64 JobID
+        assert isinstance(job["attempt_id"], str)
         assert isinstance(job["lease_expires_at"], int)
         assert before + 120 - 1 <= job["lease_expires_at"] <= after + 120
     assert full["job_id"] != bare["job_id"] and full["attempt_id"] != bare["attempt_id"]
@@ -351,7 +352,8 @@ def test_empty_queue_claim_is_200_with_no_jobs(api):
     api.put_project("p")
     response = api.claim("p")
     assert response.status_code == 200
-    assert body(response) == {"project_id": "p", "jobs": [], "retry_after_ms": 0, "policy_version": 1}
+    assert body(response) == {"project_id": "p", "jobs": [], "retry_after_ms": 1000,
+                              "policy_version": 1}
 
 
 def test_server_clamps_max_jobs_to_max_jobs_per_claim(api):
@@ -367,10 +369,6 @@ def test_accept_types_filters_claims(api):
     api.put_project("p")
     api.enqueue("p", [{"id": f"s{i}", "value": f"s{i}"} for i in range(3)]
                 + [{"id": f"a{i}", "value": f"a{i}", "type": "asset"} for i in range(2)])
-    none = api.claim("p", accept_types=[])
-    assert none.status_code == 200
-    assert body(none)["jobs"] == []
-    assert api.counts("p")["todo"] == 5
     assets = body(api.claim("p", accept_types=["asset"]))["jobs"]
     assert [(j["id"], j["type"]) for j in assets] == [("a0", "asset"), ("a1", "asset")]
     assert body(api.claim("p", accept_types=["asset"]))["jobs"] == []
@@ -378,6 +376,19 @@ def test_accept_types_filters_claims(api):
     assert [j["id"] for j in seeds] == ["s0"]
     both = body(api.claim("p", accept_types=["seed", "asset"]))["jobs"]
     assert [j["id"] for j in both] == ["s1", "s2"]
+
+
+@pytest.mark.parametrize("accept_types", [[], None, "omitted"])
+def test_empty_null_or_omitted_accept_types_take_every_type(api, accept_types):
+    """SavewebHQ's Python SDK sends [], its Go SDK null: both mean every type."""
+    api.put_project("p")
+    api.enqueue("p", [{"id": "s", "value": "s"}, {"id": "a", "value": "a", "type": "asset"}])
+    claim = {"worker_id": "w1", "max_jobs": 10, "lease_seconds": 60, "policy_version": 1}
+    if accept_types != "omitted":
+        claim["accept_types"] = accept_types
+    response = api.call("POST", "/api/v1/projects/p/jobs/claim", claim)
+    assert response.status_code == 200, body(response)
+    assert sorted(j["id"] for j in body(response)["jobs"]) == ["a", "s"]
 
 
 @pytest.mark.parametrize("status", ["draining", "archived"])

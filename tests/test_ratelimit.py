@@ -113,7 +113,7 @@ def test_empty_queue_with_empty_bucket_is_200_not_429(client, admin_token):
     assert len(body(api.claim("quiet"))["jobs"]) == 1  # drains the one token and the queue
     again = api.claim("quiet")
     assert again.status_code == 200, body(again)
-    assert body(again) == {"project_id": "quiet", "jobs": [], "retry_after_ms": 0,
+    assert body(again) == {"project_id": "quiet", "jobs": [], "retry_after_ms": 1000,
                            "policy_version": 1}
 
 
@@ -142,3 +142,13 @@ def test_absurd_qps_grants_a_burst_of_256(client, admin_token):
     assert len(body(response)["jobs"]) == 256
     # The rest are still there for the next claim.
     assert api.counts("absurd")["todo"] == 44
+
+
+def test_a_rate_limited_claim_says_when_the_next_token_is_due(client, admin_token):
+    """As SavewebHQ: a claim that took the bucket's last token answers the
+    wait until the next one in ``retry_after_ms``."""
+    api = Api(client, admin_token)
+    _rated_project(api, "paced", 2.5, 5)
+    claim = body(api.claim("paced"))
+    assert len(claim["jobs"]) == 1
+    assert 1 <= claim["retry_after_ms"] <= 400

@@ -459,7 +459,8 @@ def test_cli_enqueue_source(app, src, project, tmp_path):
         result = runner.invoke(args=["fleet", "enqueue-source", project, str(path)])
     assert result.exit_code == 0, result.output
     expanded = len(zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)).read())
-    assert json.loads(result.stdout) == {"jobs": 25, "inserted": 25, "uncompressed_bytes": expanded}
+    assert json.loads(result.stdout) == {"project_id": project, "jobs": 25, "inserted": 25,
+                                         "uncompressed_bytes": expanded}
     assert src.api.counts(project)["todo"] == 25
 
     with app.app_context():
@@ -494,3 +495,61 @@ def test_flask_command_line_enqueue_source(src, project, tmp_path, database_url)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["inserted"] == 12
     assert src.api.counts(project)["todo"] == 12
+
+
+README_ENQUEUE_SOURCE = """\
+tracker enqueue-source \\
+  --database-url "$HQ_DATABASE_URL" \\
+  --project-id sinavideo \\
+  --input sinavideo.jobs.jsonl.zst
+"""
+
+
+def test_readme_enqueue_source(src, tmp_path, database_url):
+    """SavewebHQ's README command, character for character (``tracker`` =
+    ``flask --app wsgi fleet``), with nothing but ``HQ_DATABASE_URL`` set."""
+    src.api.put_project("sinavideo")
+    data = pack(values(40))
+    (tmp_path / "sinavideo.jobs.jsonl.zst").write_bytes(data)
+    env = {**os.environ, "HQ_DATABASE_URL": database_url, "FLEETHQ_LOG_JSON": "false",
+           "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}", "PYTHONPATH": ROOT}
+    env.pop("DATABASE_URL", None)
+    script = f'tracker() {{ flask --app "{ROOT}/wsgi.py" fleet "$@"; }}\n' + README_ENQUEUE_SOURCE
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    expanded = len(zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)).read())
+    assert json.loads(done.stdout) == {"project_id": "sinavideo", "jobs": 40, "inserted": 40,
+                                       "uncompressed_bytes": expanded}
+    assert src.ext_ids("sinavideo") == sorted(f"v{i}" for i in range(40))
+
+
+def test_cli_enqueue_source_max_jobs(app, src, project, tmp_path):
+    path = tmp_path / "jobs.jsonl.zst"
+    path.write_bytes(pack(values(30)))
+    with app.app_context():
+        result = app.test_cli_runner().invoke(args=[
+            "fleet", "enqueue-source", "--project-id", project, "--input", str(path),
+            "--max-jobs", "29", "--batch-size", "10"])
+    assert result.exit_code == 1
+    assert "too_large" in result.stderr and "29 jobs" in result.stderr
+    assert src.api.counts(project)["todo"] == 20  # the batches before the limit stay committed
+    with app.app_context():
+        exact = app.test_cli_runner().invoke(args=[
+            "fleet", "enqueue-source", "--project-id", project, "--input", str(path), "--max-jobs", "30"])
+        assert app.test_cli_runner().invoke(args=[
+            "fleet", "enqueue-source", "--project-id", project, "--input", str(path),
+            "--max-jobs", "0"]).exit_code == 2
+    assert exact.exit_code == 0, exact.output
+    assert json.loads(exact.stdout)["jobs"] == 30
+
+
+def test_cli_enqueue_source_takes_the_project_and_file_once(app, project, tmp_path):
+    path = tmp_path / "jobs.jsonl.zst"
+    path.write_bytes(pack(values(1)))
+    runner = app.test_cli_runner()
+    with app.app_context():
+        both = runner.invoke(args=["fleet", "enqueue-source", project, str(path), "--input", str(path)])
+        neither = runner.invoke(args=["fleet", "enqueue-source", "--project-id", project])
+    assert both.exit_code == 2 and "once" in both.output
+    assert neither.exit_code == 2 and "--input" in neither.output

@@ -3,6 +3,7 @@ middleware and the clock (DESIGN §2: ``tasks`` and ``clock`` processes)."""
 from __future__ import annotations
 
 import threading
+from urllib.parse import urlsplit
 
 import dramatiq
 import pytest
@@ -183,7 +184,9 @@ def test_make_broker_uses_redis_url_and_app_context(monkeypatch, redis_url):
     try:
         assert isinstance(broker, RedisBroker)
         kwargs = broker.client.connection_pool.connection_kwargs
-        assert (kwargs.get("host"), kwargs.get("port"), kwargs.get("db")) == ("127.0.0.1", 6379, 15)
+        wanted = urlsplit(redis_url)
+        assert (kwargs.get("host"), kwargs.get("port"), kwargs.get("db")) == (
+            wanted.hostname, wanted.port, int(wanted.path.lstrip("/") or 0))
         assert any(isinstance(m, AppContext) for m in broker.middleware)
     finally:
         broker.close()

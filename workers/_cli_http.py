@@ -1,5 +1,7 @@
-"""HTTP plumbing shared by the admin CLIs: settings, bearer auth, the error
-envelope (DESIGN §6) and a progress line on stderr.
+"""HTTP plumbing of ``hqctl``: settings, bearer auth, the error envelope
+(DESIGN §6) and a progress line on stderr. Bearer auth and the reading of
+``Retry-After`` hints are the SDK's own (``workers.sdk``), so every client on
+the worker side sends and waits alike.
 
     CliError          a failure the CLI reports; exit 1
     ├── UsageError    bad settings or arguments; exit 2
@@ -12,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import stat
 import sys
 import time
 from importlib import metadata
@@ -21,6 +24,7 @@ import requests
 from urllib3.exceptions import NewConnectionError
 
 from workers.protocol import CLIENT_VERSION_HEADER, master_base_url
+from workers.sdk._retry import retry_after_s
 from workers.sdk._transport import BearerAuth
 
 CONNECT_TIMEOUT = 10.0
@@ -99,29 +103,60 @@ def check_master(url: str, *, allow_http: bool = False) -> str:
         raise UsageError(str(exc)) from None
 
 
-def _read_token_file(path: str) -> str:
+MAX_TOKEN_BYTES = 1024
+
+
+def read_token_file(path: str) -> str:
+    """The token in ``path``, which only its owner may read or write (as
+    SavewebHQ's readSecretFile demands): a token other accounts on the machine
+    can read is not secret any more."""
     try:
+        mode = os.stat(path).st_mode
+        if mode & 0o077:
+            raise UsageError(f"token file {path} is open to group or others (mode "
+                             f"{stat.S_IMODE(mode):04o}); run: chmod 600 {path}")
         with open(path, encoding="utf-8") as handle:
-            return handle.read().strip()
+            token = handle.read().strip()
     except OSError as exc:
         raise UsageError(f"cannot read token file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"token file {path} is not UTF-8 text") from None
+    if not token or len(token) > MAX_TOKEN_BYTES:
+        raise UsageError(f"token file {path} holds no valid token")
+    return token
+
+
+def _one_of(environ, *names) -> str | None:
+    """The value of whichever of ``names`` is set; two that disagree are an
+    error rather than a guess (the token would go to one of two masters)."""
+    found = {name: environ[name] for name in names if environ.get(name)}
+    if len(set(found.values())) > 1:
+        raise UsageError(f"{' and '.join(found)} are set to different values; unset one")
+    return next(iter(found.values()), None)
 
 
 def resolve_settings(master: str | None, token: str | None, token_file: str | None,
                      environ=os.environ) -> tuple[str, str]:
-    """Flags win over the environment: --token, --token-file, FLEETHQ_TOKEN,
-    FLEETHQ_TOKEN_FILE, in that order."""
-    master = master or environ.get("FLEETHQ_MASTER")
+    """The master URL and the token. Flags win over the environment.
+
+    URL: ``--url``/``--master``, else ``HQ_URL`` or ``FLEETHQ_MASTER``; there
+    is no default master. Token: ``--token``, ``--machine-token-file``/
+    ``--token-file``, ``FLEETHQ_TOKEN``, then ``HQ_MACHINE_TOKEN_FILE`` or
+    ``FLEETHQ_TOKEN_FILE``, in that order.
+    """
+    master = master or _one_of(environ, "HQ_URL", "FLEETHQ_MASTER")
     if not master:
-        raise UsageError("no master: pass --master URL or set FLEETHQ_MASTER")
+        raise UsageError("no master URL: pass --url URL or set HQ_URL (there is no default)")
     if not token and token_file:
-        token = _read_token_file(token_file)
+        token = read_token_file(token_file)
     token = token or environ.get("FLEETHQ_TOKEN")
-    if not token and environ.get("FLEETHQ_TOKEN_FILE"):
-        token = _read_token_file(environ["FLEETHQ_TOKEN_FILE"])
+    if not token:
+        path = _one_of(environ, "HQ_MACHINE_TOKEN_FILE", "FLEETHQ_TOKEN_FILE")
+        token = read_token_file(path) if path else None
     token = (token or "").strip()
     if not token:
-        raise UsageError("no token: pass --token/--token-file or set FLEETHQ_TOKEN")
+        raise UsageError("no token: pass --machine-token-file FILE (or --token) "
+                         "or set HQ_MACHINE_TOKEN_FILE")
     if not token.isascii() or not token.isprintable() or " " in token:
         raise UsageError("token contains characters that cannot be sent in a header")
     return master, token
@@ -145,9 +180,9 @@ def _describe(exc: requests.RequestException) -> str:
     return f"{type(exc).__name__}: {text}"[:400]
 
 
-def _retry_after_ms(response) -> int | None:
-    value = response.headers.get("Retry-After", "")
-    return int(value) * 1000 if value.isdigit() else None
+def _retry_after_ms(response, envelope_ms=None) -> int | None:
+    hint = retry_after_s(envelope_ms, response.headers.get("Retry-After"))
+    return None if hint is None else int(hint * 1000)
 
 
 def _error_from(response) -> ApiError:
@@ -157,10 +192,9 @@ def _error_from(response) -> ApiError:
         body = None
     err = body.get("error") if isinstance(body, dict) else None
     if isinstance(err, dict) and "code" in err:
-        hint = err.get("retry_after_ms")
         return ApiError(response.status_code, str(err["code"]), str(err.get("message") or ""),
                         retryable=bool(err.get("retryable")),
-                        retry_after_ms=hint if isinstance(hint, int) else _retry_after_ms(response),
+                        retry_after_ms=_retry_after_ms(response, err.get("retry_after_ms")),
                         details=err.get("details"), enveloped=True)
     text = response.text.strip()[:200] if response.text else ""
     return ApiError(response.status_code, f"http_{response.status_code}",
@@ -203,7 +237,7 @@ class Client:
             target = response.headers.get("Location", "?")
             raise ApiError(response.status_code, "redirect",
                            f"master redirects to {target}; not following it with the token "
-                           "(point --master at the final URL)")
+                           "(point --url at the final URL)")
         if response.status_code >= 400:
             raise _error_from(response)
         if not response.content:

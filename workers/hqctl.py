@@ -1,29 +1,28 @@
 """``hqctl``: remote administration of a FleetHQ master over the machine API (DESIGN §6).
 
-Settings: ``--master``/``FLEETHQ_MASTER`` and ``--token``/``--token-file``/
-``FLEETHQ_TOKEN``. Results are JSON on stdout; errors are ``code: message``
-on stderr. Exit codes: 0 ok, 1 failure, 2 usage.
+``hqctl enqueue`` and ``hqctl enqueue-source`` take SavewebHQ's hqctl command
+lines unchanged (``workers.hqctl_enqueue``); the other commands are FleetHQ's.
+Settings: ``--url``/``HQ_URL`` (or ``--master``/``FLEETHQ_MASTER``) and
+``--machine-token-file``/``HQ_MACHINE_TOKEN_FILE`` (or ``--token``,
+``--token-file``, ``FLEETHQ_TOKEN``, ``FLEETHQ_TOKEN_FILE``). Results are JSON
+on stdout; errors go to stderr. Exit codes: 0 ok, 1 failure, 2 usage (1 for
+``enqueue`` and ``enqueue-source``, as SavewebHQ's hqctl).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import random
 import sys
-import time
 
-from workers._cli_http import (ApiError, CliError, Client, Progress, UploadBody, UsageError,
-                               resolve_settings, segment)
+from workers._cli_args import SAVEWEBHQ_USAGE_EXIT, CliParser, duration, parse_args
+from workers._cli_http import ApiError, CliError, Client, UsageError, resolve_settings, segment
+from workers.hqctl_enqueue import (DEFAULT_BATCH_SIZE, DEFAULT_MAX_JOBS, DEFAULT_PROGRESS_EVERY,
+                                   cmd_enqueue, cmd_enqueue_source)
 from workers.protocol import IDENTITY_MODES
-from workers.source_cli import InputError, SpecInput, parse_args
+from workers.spec_input import InputError
 
-# The master refuses enqueue bodies over 8 MiB (the margin covers the
-# envelope) and batches over 10,000 jobs.
-MAX_BATCH_BODY = 8 * 1024 * 1024 - 4096
-MAX_BATCH_JOBS = 10_000
-BATCH_TIMEOUT = 300.0
-SOURCE_TIMEOUT = 3600.0  # the master answers a source import only when it is done
+DEFAULT_TIMEOUT = 600.0  # SavewebHQ's --timeout default, 10m
 
 
 def _emit(obj) -> int:
@@ -100,139 +99,6 @@ def cmd_project_set(client, args):
     return _emit(client.request("PATCH", _project_path(args), json=body))
 
 
-# --- enqueue --------------------------------------------------------------------
-
-def _should_retry(err: ApiError, mode: str) -> bool:
-    """Whether resending a batch cannot create jobs twice, and may succeed."""
-    if mode == "none":
-        # Every submission makes new jobs, so resend only when the batch
-        # surely was not applied: the master said so, or it was never reached.
-        return (err.enveloped and err.retryable) if err.status is not None else not err.connected
-    if err.status is None:
-        return True
-    return err.status == 429 or err.status >= 500 or err.retryable
-
-
-def _backoff(attempt: int, hint_ms: int | None) -> float:
-    delay = max(0.5 * 2 ** attempt, (hint_ms or 0) / 1000)
-    return min(delay, 60.0) * random.uniform(1.0, 1.25)
-
-
-def _post_batch(client, path: str, parts: list[bytes], mode: str, args) -> dict:
-    body = b'{"jobs":[' + b",".join(parts) + b"]}"
-    attempt = 0
-    while True:
-        try:
-            return client.request("POST", path, data=body, timeout=args.timeout or BATCH_TIMEOUT,
-                                  headers={"Content-Type": "application/json"})
-        except ApiError as err:
-            if attempt >= args.retries or not _should_retry(err, mode):
-                raise
-            time.sleep(_backoff(attempt, err.retry_after_ms))
-            attempt += 1
-
-
-def _fail_enqueue(err: dict, totals: dict, **extra) -> int:
-    print(f"{err['code']}: {err['message']}", file=sys.stderr)
-    print(json.dumps({"error": err, "committed": totals["submitted"], "inserted": totals["inserted"],
-                      "batches": totals["batches"], **extra}, ensure_ascii=False), file=sys.stderr)
-    return 1
-
-
-def _open_specs(args, mode: str) -> SpecInput:
-    default_ids = args.default_ids if args.default_ids is not None else mode == "external_id"
-    if default_ids and mode != "external_id":
-        raise UsageError(f"--default-ids only applies to external_id projects "
-                         f"({args.project} is {mode})")
-    return SpecInput(args.inputs, mode, jsonl=args.jsonl, default_ids=default_ids,
-                     allow_random_key=True)
-
-
-def cmd_enqueue(client, args):
-    if not 1 <= args.batch_size <= MAX_BATCH_JOBS or args.retries < 0:
-        raise UsageError(f"--batch-size must be 1..{MAX_BATCH_JOBS} and --retries >= 0")
-    mode = client.request("GET", _project_path(args)).get("identity_mode")
-    if mode not in IDENTITY_MODES:
-        raise CliError(f"master reported an unknown identity mode {mode!r}")
-    totals = {"submitted": 0, "inserted": 0, "batches": 0}
-    specs = _open_specs(args, mode)
-    if specs.rereadable:
-        # Check every line before sending anything, so that a typo near the end
-        # of a big file does not leave the project half-filled.
-        try:
-            for _ in specs:
-                pass
-        except InputError as exc:
-            return _fail_enqueue({"code": "invalid_job", "message": str(exc)}, totals)
-        specs = _open_specs(args, mode)
-    progress = Progress(f"enqueue {args.project}", total=specs.total_bytes, enabled=args.progress)
-    path = _project_path(args, "jobs")
-    parts: list[bytes] = []
-    wheres: list[str] = []
-    size = 0
-
-    def send() -> None:
-        nonlocal size
-        result = _post_batch(client, path, parts, mode, args)
-        totals["submitted"] += int(result.get("submitted", len(parts)))
-        totals["inserted"] += int(result.get("inserted", 0))
-        totals["batches"] += 1
-        parts.clear()
-        wheres.clear()
-        size = 0
-        progress.update(specs.bytes_read, f"{totals['submitted']} jobs, {totals['inserted']} new",
-                        force=True)
-
-    try:
-        try:
-            for where, spec in specs:
-                try:
-                    part = json.dumps(spec, ensure_ascii=False, separators=(",", ":")).encode()
-                except UnicodeEncodeError:  # lone surrogates from \ud800 escapes
-                    raise InputError(f"{where}: job is not valid UTF-8") from None
-                if parts and (len(parts) >= args.batch_size or size + len(part) + 1 > MAX_BATCH_BODY):
-                    send()
-                parts.append(part)
-                wheres.append(where)
-                size += len(part) + 1
-            if parts:
-                send()
-        finally:
-            progress.close()
-    except InputError as exc:
-        return _fail_enqueue({"code": "invalid_job", "message": str(exc)}, totals)
-    except ApiError as err:
-        extra = {"failed_batch_starts_at": wheres[0]} if wheres else {}
-        index = err.details.get("index")
-        if isinstance(index, int) and 0 <= index < len(wheres):
-            extra["failed_job_at"] = wheres[index]
-        if err.status is None and err.connected and mode == "none":
-            extra["note"] = ("the connection was lost after the batch was sent; it may have been "
-                             "applied. Identity mode none never deduplicates: check the project "
-                             "before resending from failed_batch_starts_at")
-        return _fail_enqueue(err.envelope(), totals, **extra)
-    return _emit(totals)
-
-
-def cmd_enqueue_source(client, args):
-    try:
-        stream = open(args.file, "rb")
-    except OSError as exc:
-        raise CliError(f"{args.file}: {exc.strerror}") from None
-    with stream:
-        # A known size gives a Content-Length, so the upload is not chunked.
-        size = os.fstat(stream.fileno()).st_size
-        progress = Progress(f"upload {args.project}", total=size, enabled=args.progress)
-        try:
-            result = client.request("POST", _project_path(args, "source"),
-                                    data=UploadBody(stream, size, progress),
-                                    headers={"Content-Type": "application/zstd"},
-                                    timeout=args.timeout or SOURCE_TIMEOUT)
-        finally:
-            progress.close()
-    return _emit(result)
-
-
 # --- jobs, users, tokens ----------------------------------------------------------
 
 def cmd_jobs_list(client, args):
@@ -288,19 +154,49 @@ def _simple(method: str, template: str):
 
 def _connection_flags(parser, default):
     group = parser.add_argument_group("connection")
-    group.add_argument("--master", metavar="URL", default=default,
-                       help="master base URL (env FLEETHQ_MASTER)")
+    group.add_argument("--url", "--master", dest="master", metavar="URL", default=default,
+                       help="master base URL (env HQ_URL or FLEETHQ_MASTER; no default)")
+    group.add_argument("--machine-token-file", "--token-file", dest="token_file", metavar="PATH",
+                       default=default, help="file holding the token, mode 0600 "
+                                             "(env HQ_MACHINE_TOKEN_FILE or FLEETHQ_TOKEN_FILE)")
     group.add_argument("--token", default=default, help="machine token (env FLEETHQ_TOKEN)")
-    group.add_argument("--token-file", metavar="PATH", default=default,
-                       help="file holding the token (env FLEETHQ_TOKEN_FILE)")
     group.add_argument("--allow-http", action="store_true", default=default or False,
                        help="allow plain http to a non-loopback host")
-    group.add_argument("--timeout", type=float, metavar="SECONDS", default=default,
-                       help="read timeout per request")
+    group.add_argument("--timeout", type=duration, metavar="DURATION", default=default,
+                       help="longest wait for an answer: 10m (default), 30s, 1h30m, ...")
+
+
+def _enqueue_flags(enqueue) -> None:
+    enqueue.add_argument("inputs", nargs="*", metavar="ARG",
+                         help="FleetHQ's positional form: the project (unless --project-id), "
+                              "then files")
+    enqueue.add_argument("--project-id", metavar="P", help="target project")
+    enqueue.add_argument("--input", action="append", metavar="FILE",
+                         help="input file, '-' for stdin (the default); repeatable")
+    enqueue.add_argument("--format", choices=("values", "jsonl"), default="values",
+                         help="values: one exact value per line (default); jsonl: one job a line")
+    enqueue.add_argument("--jsonl", dest="format", action="store_const", const="jsonl",
+                         help="same as --format jsonl")
+    enqueue.add_argument("--type", choices=("seed", "asset"),
+                         help="job type of values input (default seed)")
+    enqueue.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="N",
+                         help=f"jobs per request, any positive count (default "
+                              f"{DEFAULT_BATCH_SIZE}); a body is cut before 8 MiB")
+    enqueue.add_argument("--max-jobs", type=int, default=DEFAULT_MAX_JOBS, metavar="N",
+                         help=f"most input jobs (default {DEFAULT_MAX_JOBS})")
+    enqueue.add_argument("--progress-every", type=int, default=DEFAULT_PROGRESS_EVERY,
+                         metavar="N", help=f"a progress line on stderr every N batches "
+                                           f"(default {DEFAULT_PROGRESS_EVERY}; 0: never)")
+    enqueue.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                         help="a progress bar instead of the lines; --no-progress: neither")
+    enqueue.add_argument("--default-ids", action=argparse.BooleanOptionalAction, default=None,
+                         help="fill missing ids with j1_ ids (default: on for external_id)")
+    enqueue.add_argument("--retries", type=int, default=4,
+                         help="resends of a batch after 429/5xx/network errors (default 4)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hqctl", description="Administer a FleetHQ master.")
+    parser = CliParser(prog="hqctl", description="Administer a FleetHQ master.")
     _connection_flags(parser, None)
     # Connection flags are accepted after the subcommand too; SUPPRESS keeps
     # an absent one from hiding a value given before it.
@@ -308,11 +204,12 @@ def build_parser() -> argparse.ArgumentParser:
     _connection_flags(common, argparse.SUPPRESS)
     top = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def leaf(group, name, func, help_text, *positionals):
-        sub = group.add_parser(name, parents=[common], help=help_text, description=help_text)
+    def leaf(group, name, func, help_text, *positionals, **options):
+        sub = group.add_parser(name, parents=[common], help=help_text, description=help_text,
+                               **options)
         for positional in positionals:
             sub.add_argument(positional)
-        sub.set_defaults(func=func)
+        sub.set_defaults(func=func, parser=sub)
         return sub
 
     def branch(name, help_text):
@@ -331,20 +228,20 @@ def build_parser() -> argparse.ArgumentParser:
     leaf(projects, "delete", _simple("DELETE", "admin/projects/{project}"), "delete a project",
          "project")
 
-    enqueue = leaf(top, "enqueue", cmd_enqueue, "add jobs from values or JSONL", "project")
-    enqueue.add_argument("inputs", nargs="*", metavar="FILE", help="files; '-' or none: stdin")
-    enqueue.add_argument("--jsonl", action="store_true", help="each line is a JobSpec object")
-    enqueue.add_argument("--batch-size", type=int, default=1000,
-                         help="jobs per request, 1..10000 (default 1000; bodies stay under 8 MiB)")
-    enqueue.add_argument("--default-ids", action=argparse.BooleanOptionalAction, default=None,
-                         help="fill missing ids with j1_ ids (default: on for external_id)")
-    enqueue.add_argument("--retries", type=int, default=4,
-                         help="resends of a batch after 429/5xx/network errors (default 4)")
-    enqueue.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                         help="progress bar on stderr (default: when stderr is a terminal)")
-    source = leaf(top, "enqueue-source", cmd_enqueue_source, "import a .jsonl.zst source file",
-                  "project", "file")
-    source.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+    enqueue = leaf(top, "enqueue", cmd_enqueue, "add jobs from values or JSONL, in batches",
+                   usage_exit=SAVEWEBHQ_USAGE_EXIT)
+    _enqueue_flags(enqueue)
+    source = leaf(top, "enqueue-source", cmd_enqueue_source,
+                  "import a jobs-jsonl-zstd-v1 source file in one streamed request",
+                  usage_exit=SAVEWEBHQ_USAGE_EXIT)
+    source.add_argument("inputs", nargs="*", metavar="ARG",
+                        help="FleetHQ's positional form: the project (unless --project-id), "
+                             "then the file")
+    source.add_argument("--project-id", metavar="P", help="target project")
+    source.add_argument("--input", action="append", metavar="FILE",
+                        help="the source file, '-' for stdin")
+    source.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="upload progress bar (default: when stderr is a terminal)")
 
     jobs = branch("jobs", "list, show, requeue or delete jobs")
     listing = leaf(jobs, "list", cmd_jobs_list, "list jobs (cursor paging)", "project")
@@ -375,22 +272,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _client(args) -> Client:
+    timeout = DEFAULT_TIMEOUT if args.timeout is None else args.timeout
+    if timeout <= 0:
+        raise UsageError("--timeout must be positive")
+    master, token = resolve_settings(args.master, args.token, args.token_file)
+    return Client(master, token, allow_http=args.allow_http, timeout=timeout)
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     try:
         args = parse_args(parser, argv)
-    except SystemExit as exc:  # --help (0) or a usage error (2)
+    except SystemExit as exc:  # --help (0) or a usage error
         return exc.code if isinstance(exc.code, int) else 0
     try:
-        master, token = resolve_settings(args.master, args.token, args.token_file)
-        client = Client(master, token, allow_http=args.allow_http, timeout=args.timeout or 60.0)
-        return args.func(client, args)
+        return args.func(_client(args), args)
     except ApiError as err:
         print(err.line(), file=sys.stderr)
         return 1
     except (CliError, InputError) as err:
         print(f"hqctl: error: {err}", file=sys.stderr)
-        return getattr(err, "exit_code", 1)
+        if isinstance(err, UsageError):
+            return args.parser.usage_exit
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -227,13 +227,30 @@ class SourceReader:
             yield spec
 
 
+class SourceWriter:
+    """Writes normalized JobSpecs to ``out`` as one zstd frame, line by line.
+
+    ``close()`` ends the frame (it does not close ``out``); ``jobs`` counts
+    the lines written.
+    """
+
+    def __init__(self, out: BinaryIO, *, level: int = 10):
+        self._writer = zstandard.ZstdCompressor(level=level).stream_writer(out, closefd=False)
+        self.jobs = 0
+
+    def write(self, spec: dict) -> None:
+        line = json.dumps(spec, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        self._writer.write(line + b"\n")
+        self.jobs += 1
+
+    def close(self) -> None:
+        self._writer.close()
+
+
 def write_source(specs, out: BinaryIO, *, level: int = 10) -> int:
     """Write JobSpecs (already normalized) as one zstd frame; returns the count."""
-    count = 0
-    cctx = zstandard.ZstdCompressor(level=level)
-    with cctx.stream_writer(out, closefd=False) as writer:
-        for spec in specs:
-            writer.write(json.dumps(spec, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
-            writer.write(b"\n")
-            count += 1
-    return count
+    writer = SourceWriter(out, level=level)
+    for spec in specs:
+        writer.write(spec)
+    writer.close()
+    return writer.jobs

@@ -12,15 +12,16 @@ from app.errors import FleetError
 log = logging.getLogger(__name__)
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
-_HTTP_CODES = {400: "invalid_request", 401: "invalid_machine_token", 403: "permission_denied",
-               404: "not_found", 405: "method_not_allowed", 413: "too_large",
-               415: "unsupported_media_type"}
+# As SavewebHQ answers them: an unknown route is not_found, every other
+# client error of the HTTP layer (405 included) is invalid_request.
+_HTTP_CODES = {401: "invalid_machine_token", 403: "permission_denied", 404: "not_found",
+               413: "too_large", 415: "unsupported_media_type"}
 
 
 def error_response(exc: FleetError):
     response = jsonify(exc.envelope())
     response.status_code = exc.status
-    if exc.retry_after_ms is not None:
+    if exc.retry_after_ms > 0:
         response.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_ms / 1000)))
     return response
 

@@ -143,5 +143,8 @@ def check_client_version(project) -> None:
                      "client_version": version})
 
 
+_BODY_LIMITS = {"worker": "WORKER_BODY_LIMIT", "api": "API_BODY_LIMIT", "enqueue": "ENQUEUE_BODY_LIMIT"}
+
+
 def body_limit(kind: str) -> int:
-    return current_app.config["WORKER_BODY_LIMIT" if kind == "worker" else "ENQUEUE_BODY_LIMIT"]
+    return current_app.config[_BODY_LIMITS[kind]]

@@ -5,6 +5,7 @@ reject unknown ones.
 """
 from __future__ import annotations
 
+import re
 import time
 
 from flask import current_app, jsonify
@@ -12,32 +13,53 @@ from flask import current_app, jsonify
 from app.api import bp
 from app.api import validate as v
 from app.api.auth import bearer, body_limit, check_client_version, principal, worker_call
-from app.errors import Conflict
+from app.errors import Conflict, TooLarge, UnsupportedMediaType
 from app.extensions import db
 from app.fleet import service as fleet
 from app.projects import leasing, service, wakeups
 from workers.protocol import JOB_TYPES, is_identifier
 
+JOB_ID = v.int_range(1, 2**63 - 1)
 FAILURE_CODE = v.string(64, min_bytes=1)
+
+
+def _nullable(rule):
+    def check(value, path):
+        return None if value is None else rule(value, path)
+    return check
+
 
 CLAIM = {
     "worker_id": v.identifier,
     "max_jobs": v.int_range(1, 256),
     "lease_seconds": v.int_range(1, 3600),
-    "accept_types": v.Optional(v.list_of(v.one_of(*JOB_TYPES), 0, 2, unique=True)),
+    # Empty, omitted or null: every type (SavewebHQ's Python SDK sends [],
+    # its Go SDK null).
+    "accept_types": v.Optional(_nullable(v.list_of(v.one_of(*JOB_TYPES), 0, 16))),
     "policy_version": v.Optional(v.int_range(0, 2**63 - 1, nullable=True)),
     "wait_ms": v.Optional(v.int_range(0, 30_000)),
 }
 
-_ITEM_IDS = {"job_id": v.identifier, "attempt_id": v.identifier}
+_ITEM_IDS = {"job_id": JOB_ID, "attempt_id": v.identifier}
+
+# SavewebHQ's receipt rules (ArtifactReceipt in its contract).
+_CHECKSUM_RE = re.compile(r"\A[a-z0-9][a-z0-9_-]{0,31}:(?:[0-9a-f]{2}){1,64}\Z")
+
+
+def _checksum(value, path):
+    if not isinstance(value, str) or _CHECKSUM_RE.match(value) is None:
+        raise v.InvalidRequest(f"{path}: must be algorithm:lowercase-hex "
+                               "(e.g. sha256:<64 hex digits>)", details={"field": path})
+    return value
+
 
 ARTIFACT_RECEIPT = v.obj({
-    "id": v.string(128, min_bytes=1),
-    "issuer": v.string(256, min_bytes=1),
+    "id": v.identifier,
+    "issuer": v.string(512, min_bytes=1),
     "object_id": v.string(1024, min_bytes=1),
-    "checksum": v.string(200, min_bytes=3),
-    "size_bytes": v.int_range(0, 2**63 - 1),
-    "accepted_at": v.int_range(-(2**63), 2**63 - 1),
+    "checksum": _checksum,
+    "size_bytes": v.int_range(1, 2**63 - 1),
+    "accepted_at": v.int_range(1, 2**63 - 1),
 })
 
 COMPLETE = {
@@ -50,9 +72,16 @@ COMPLETE = {
             "uri": v.Optional(v.string(4096, nullable=True)),
             "meta": v.Optional(v.json_object(8 * 1024, nullable=True)),
         }),
-        "artifact_receipts": v.Optional(v.list_of(ARTIFACT_RECEIPT, 0, 16)),
+        "artifact_receipts": v.Optional(_nullable(v.list_of(ARTIFACT_RECEIPT, 0, 16))),
     }), 1, 256),
 }
+
+
+def _error_code(value, path):
+    if not is_identifier(value) or len(value) > 64:
+        raise v.InvalidRequest(f"{path}: must be 1..64 of [A-Za-z0-9._:-]", details={"field": path})
+    return value
+
 
 FAIL = {
     "worker_id": v.identifier,
@@ -60,7 +89,7 @@ FAIL = {
         **_ITEM_IDS,
         "retryable": v.boolean,
         "error": v.obj({
-            "code": FAILURE_CODE,
+            "code": _error_code,
             "message": v.string(2048),
             "details": v.Optional(v.json_object(8 * 1024, nullable=True)),
         }),
@@ -74,23 +103,42 @@ EXTEND = {
 }
 
 
-def _checksum_ok(receipts) -> None:
-    for i, receipt in enumerate(receipts or []):
-        algo, sep, hexdigest = receipt["checksum"].partition(":")
-        if not sep or not algo or not hexdigest or any(c not in "0123456789abcdef" for c in hexdigest):
-            raise v.InvalidRequest("checksum must look like 'algo:hex'",
-                                   details={"field": f"artifact_receipts[{i}].checksum"})
+def _stored_outcome(outcome: dict) -> dict:
+    # Stored with every key, as SavewebHQ's AdminJob shows it.
+    return {"kind": outcome["kind"], "code": outcome.get("code"), "uri": outcome.get("uri"),
+            "meta": outcome.get("meta") or {}}
+
+
+def _stored_error(error: dict) -> dict:
+    return {"code": error["code"], "message": error["message"], "details": error.get("details") or {}}
+
+
+def _read_json() -> tuple[dict | None, v.InvalidRequest | None]:
+    """The body, or the reason it is unusable. SavewebHQ authenticates and
+    checks the client version before it looks at the body, so body errors
+    are raised only after those checks."""
+    try:
+        return v.json_body(body_limit("api")), None
+    except (TooLarge, UnsupportedMediaType) as exc:
+        # SavewebHQ answers these as 400 invalid_request on its operations.
+        return None, v.InvalidRequest(exc.message, details=exc.details)
+    except v.InvalidRequest as exc:
+        return None, exc
 
 
 def _worker_call(project_id: str, schema: dict):
-    """Common prologue: bearer present, bounded body, then identity + project +
-    worker standing in one query, version gate, schema."""
+    """Common prologue, in SavewebHQ's order: bearer token, identity +
+    project + worker standing (one query), version gate, then the body."""
     bearer()
-    raw = v.json_body(body_limit("worker"))
-    worker_id = raw.get("worker_id")
+    raw, body_error = _read_json()
+    worker_id = raw.get("worker_id") if raw is not None else None
     call = worker_call(project_id, worker_id if is_identifier(worker_id) else None)
     check_client_version(call.project)
+    if body_error is not None:
+        raise body_error
     body = v.check(raw, schema)
+    if call.worker.owner is not None:
+        fleet.map_worker(call.worker.owner, call.worker.worker_id)
     return call, body
 
 
@@ -106,6 +154,7 @@ def whoami():
 def project_policy(project_id):
     project = worker_call(project_id, None).project
     check_client_version(project)
+    service.ensure_status(project, "active")  # SavewebHQ: 409 project_not_active
     return jsonify(service.worker_policy(project, current_app.config["POLICY_REFRESH_MS"]))
 
 
@@ -116,13 +165,13 @@ def claim(project_id):
     if worker.owner is not None:
         fleet.note_token_worker(worker.owner, worker.worker_id)
     if call.status == "draining":  # finishes its work, gets no more
-        return jsonify(project_id=project_id, jobs=[], retry_after_ms=0,
+        return jsonify(project_id=project_id, jobs=[], retry_after_ms=leasing.IDLE_RETRY_MS,
                        policy_version=project.policy_version)
     if project.kind == "pdf" and (call.heartbeat_age_s is None
                                   or call.heartbeat_age_s > current_app.config["NODE_LEASE_S"]):
         raise Conflict("pdf projects need a fresh heartbeat before claiming "
                        "(POST /api/v1/fleet/heartbeat)", code="invalid_transition")
-    accept = tuple(body.get("accept_types", JOB_TYPES))
+    accept = tuple(body.get("accept_types") or JOB_TYPES)
     wait_s = body.get("wait_ms", 0) / 1000.0
     deadline = time.monotonic() + wait_s
     reap_limit = current_app.config["CLAIM_REAP_LIMIT"]
@@ -149,7 +198,8 @@ def complete(project_id):
     call, body = _worker_call(project_id, COMPLETE)
     worker, project = call.worker, call.project
     for item in body["items"]:
-        _checksum_ok(item.get("artifact_receipts"))
+        item["outcome"] = _stored_outcome(item["outcome"])
+        item["artifact_receipts"] = item.get("artifact_receipts") or []
     results = leasing.complete(project, worker, body["items"])
     return jsonify(results=results)
 
@@ -158,6 +208,8 @@ def complete(project_id):
 def fail(project_id):
     call, body = _worker_call(project_id, FAIL)
     worker, project = call.worker, call.project
+    for item in body["items"]:
+        item["error"] = _stored_error(item["error"])
     results = leasing.fail(project, worker, body["items"])
     return jsonify(results=results)
 

@@ -181,6 +181,18 @@ def note_token_worker(user_id: str, worker_id: str) -> None:
     db.session.commit()
 
 
+def map_worker(user_id: str, worker_id: str) -> None:
+    """SavewebHQ's worker map: the worker id now names this user. Written on
+    every claim and outcome in the caller's transaction (no commit); a row
+    already pointing at the user is rewritten at most once a minute."""
+    db.session.execute(text(
+        "INSERT INTO worker_users (worker_id, user_id) VALUES (:w, :u) "
+        "ON CONFLICT (worker_id) DO UPDATE SET user_id = EXCLUDED.user_id, updated_at = now() "
+        "WHERE worker_users.user_id <> EXCLUDED.user_id "
+        "   OR worker_users.updated_at < now() - interval '1 minute'"),
+        {"u": user_id, "w": worker_id})
+
+
 def heartbeat(worker, body: dict, lease_seconds: int) -> dict:
     """Record a heartbeat and renew the leases of the attempts it lists. Commits."""
     from app.projects import leasing

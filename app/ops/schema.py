@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
@@ -37,7 +38,9 @@ def refuse_newer_schema(app) -> None:
         try:
             revisions = database_revisions()
         except Exception as exc:  # database down: /readyz reports it; the process may start
-            log.warning("schema check skipped: database unreachable (%s)", exc.__class__.__name__)
+            # Under the `flask` command line the command itself says so, in one line.
+            level = logging.DEBUG if os.environ.get("FLASK_RUN_FROM_CLI") else logging.WARNING
+            log.log(level, "schema check skipped: database unreachable (%s)", exc.__class__.__name__)
             return
         finally:
             db.session.remove()

@@ -54,6 +54,21 @@ def deliveries_for_attempts(project_id: str, attempt_ids: list[int]) -> list[dic
     return [deliveries.get(i) for i in ids]
 
 
+WORKER_SEARCH_LIMIT = 200
+
+
+def worker_owners(worker_id: str) -> list[dict]:
+    """SavewebHQ's worker search: the user a worker id is mapped to (exact
+    match; a worker id names one user), with its standing as a token worker."""
+    rows = db.session.execute(text("""
+        SELECT m.worker_id, m.user_id, extract(epoch FROM m.updated_at), u.status, tw.status
+        FROM worker_users m JOIN users u ON u.id = m.user_id
+        LEFT JOIN token_workers tw ON tw.user_id = m.user_id AND tw.worker_id = m.worker_id
+        WHERE m.worker_id = :w LIMIT :n"""), {"w": worker_id, "n": WORKER_SEARCH_LIMIT}).all()
+    return [{"worker_id": r[0], "user_id": r[1], "seen_at": r[2], "user_status": r[3],
+             "worker_status": r[4]} for r in rows]
+
+
 def live_jobs_of_worker(worker_id: str, owner: str | None, limit: int = 50) -> list[dict]:
     """Jobs a worker holds now (wip or staged), via the live-worker partial index."""
     rows = db.session.execute(text(

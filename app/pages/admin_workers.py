@@ -41,8 +41,10 @@ def workers():
     for row in rows:
         row["actions"] = _actions(row["kind"], row["status"])
         row["recent_errors"] = errors.get((row["worker_id"], row["user_id"]), [])
+    searched = request.args.get("worker_id", "").strip()
     return render_template("admin/workers.html", workers=rows, stale_after_s=stale_s,
-                           summary=aggregates.workers_summary(stale_s))
+                           summary=aggregates.workers_summary(stale_s), searched=searched,
+                           owners=admin_lookups.worker_owners(searched) if searched else None)
 
 
 def _find(kind: str, worker_id: str, user_id: str | None) -> dict:

@@ -37,16 +37,27 @@ class Worker:
     owner: str | None
 
 
+# What a claim answers in ``retry_after_ms`` when the bucket gives no hint:
+# SavewebHQ's default pause before the next claim.
+IDLE_RETRY_MS = 1000
+
+
 @dataclass
 class ClaimResult:
     jobs: list[dict]
-    retry_after_ms: int = 0
+    retry_after_ms: int = IDLE_RETRY_MS
     policy_version: int = 1
+
+
+def _stale(message: str) -> dict:
+    """A rejected item's error: SavewebHQ's full APIError shape."""
+    return {"code": "stale_attempt", "message": message, "retryable": False,
+            "retry_after_ms": 0, "details": {}}
 
 
 @dataclass
 class ItemResult:
-    job_id: str
+    job_id: int
     attempt_id: str
     status: str = "rejected"
     job_status: str | None = None
@@ -147,7 +158,7 @@ def _wire_job(row) -> dict:
         job["hops"] = hops
     if attr is not None:
         job["attr"] = attr
-    job["job_id"] = str(job_id)
+    job["job_id"] = job_id
     job["attempt_id"] = str(attempt_id)
     job["lease_expires_at"] = lease
     return job
@@ -208,8 +219,6 @@ def claim(project: Project, worker: Worker, *, max_jobs: int, lease_seconds: int
         raise Conflict(f"project {project.id!r} is {project.status}", code="project_not_active",
                        details={"status": project.status})
     want = min(max_jobs, project.max_jobs_per_claim)
-    if not accept_types:
-        return ClaimResult([], 0, project.policy_version)
     gated = (project.dispatch_qps is not None or project.max_in_flight is not None
              or project.max_worker_in_flight is not None)
     tokens = None
@@ -224,7 +233,7 @@ def claim(project: Project, worker: Worker, *, max_jobs: int, lease_seconds: int
                 delay = ratelimit.retry_after_ms(tokens, project.dispatch_qps)
                 raise RateLimited("project dispatch rate exceeded", retry_after_ms=delay,
                                   details={"dispatch_qps": project.dispatch_qps})
-            return ClaimResult([], 0, project.policy_version)
+            return ClaimResult([], IDLE_RETRY_MS, project.policy_version)
     sql = text(_claim_sql(project.claim_order, accept_types, project.prefer_new_worker,
                           project.kind == "pdf"))
     params = {"p": project.id, "w": worker.worker_id, "o": worker.owner, "n": want,
@@ -238,8 +247,13 @@ def claim(project: Project, worker: Worker, *, max_jobs: int, lease_seconds: int
             "UPDATE project_dispatch SET tokens = :t, refilled_at = clock_timestamp() "
             "WHERE project_id = :p"), {"t": tokens - len(rows), "p": project.id})
     db.session.commit()
+    retry_ms = IDLE_RETRY_MS
+    if tokens is not None and rows:
+        # As SavewebHQ: when the next token is due (0 while tokens remain).
+        retry_ms = ratelimit.retry_after_ms(tokens - len(rows), project.dispatch_qps)
     key = (lambda r: (r[9], r[0])) if project.claim_order == "fifo" else (lambda r: (r[10], r[0]))
-    return ClaimResult([_wire_job(r) for r in sorted(rows, key=key)], 0, project.policy_version)
+    return ClaimResult([_wire_job(r) for r in sorted(rows, key=key)], retry_ms,
+                       project.policy_version)
 
 
 def next_claimable_in(project_id: str) -> float | None:
@@ -256,18 +270,15 @@ def next_claimable_in(project_id: str) -> float | None:
 
 # ------------------------------------------------------------------ outcomes
 
-def _parse_ids(items) -> tuple[list[int], list[int]]:
-    job_ids, attempt_ids = [], []
-    for item in items:
-        job_ids.append(_as_bigint(item["job_id"]))
-        attempt_ids.append(_as_bigint(item["attempt_id"]))
-    return job_ids, attempt_ids
+def _parse_ids(items) -> tuple[list[int], list[str]]:
+    return [item["job_id"] for item in items], [item["attempt_id"] for item in items]
 
 
-def _as_bigint(ident: str) -> int:
-    # Ids are decimal strings on the wire; anything else can match no row.
-    return int(ident) if ident.isascii() and ident.isdigit() and len(ident) <= 18 else -1
-
+# The attempt an item names: its wire id (attempts imported from SavewebHQ
+# keep the ``at_…`` ids their workers hold) or else its decimal number.
+_ATTEMPT_OF = """COALESCE(
+        (SELECT a.id FROM attempts a WHERE a.job_id = t.job_id AND a.wire_id = t.attempt_ref),
+        CASE WHEN t.attempt_ref ~ '^[0-9]{1,18}$' THEN CAST(t.attempt_ref AS bigint) END)"""
 
 _GUARD = """j.id = i.job_id AND j.current_attempt_id = i.attempt_id AND j.project_id = :p
     AND j.state = 'wip' AND j.worker_id = :w AND j.worker_owner IS NOT DISTINCT FROM :o
@@ -275,24 +286,26 @@ _GUARD = """j.id = i.job_id AND j.current_attempt_id = i.attempt_id AND j.projec
 
 _COMPLETE_SQL = f"""
 WITH i AS (
-    SELECT * FROM unnest(CAST(:job_ids AS bigint[]), CAST(:attempt_ids AS bigint[]),
-                         CAST(:payloads AS jsonb[])) AS t(job_id, attempt_id, payload)
+    SELECT t.*, {_ATTEMPT_OF} AS attempt_id
+    FROM unnest(CAST(:job_ids AS bigint[]), CAST(:attempt_ids AS text[]),
+                CAST(:payloads AS jsonb[])) AS t(job_id, attempt_ref, payload)
 ), upd AS (
     UPDATE jobs j SET state = 'done', lease_expires_at = NULL, updated_at = now()
     FROM i WHERE {_GUARD}
-    RETURNING j.id, i.attempt_id, i.payload
+    RETURNING j.id, i.attempt_id, i.attempt_ref, i.payload
 ), att AS (
     UPDATE attempts a SET state = 'done', finished_at = now(), outcome = upd.payload
     FROM upd WHERE a.id = upd.attempt_id
 )
-SELECT id, attempt_id FROM upd
+SELECT id, attempt_ref FROM upd
 """
 
 _FAIL_SQL = f"""
 WITH i AS (
-    SELECT * FROM unnest(CAST(:job_ids AS bigint[]), CAST(:attempt_ids AS bigint[]),
-                         CAST(:retryable AS boolean[]), CAST(:payloads AS jsonb[]))
-        AS t(job_id, attempt_id, retryable, payload)
+    SELECT t.*, {_ATTEMPT_OF} AS attempt_id
+    FROM unnest(CAST(:job_ids AS bigint[]), CAST(:attempt_ids AS text[]),
+                CAST(:retryable AS boolean[]), CAST(:payloads AS jsonb[]))
+        AS t(job_id, attempt_ref, retryable, payload)
 ), upd AS (
     UPDATE jobs j SET
         state = CASE WHEN NOT i.retryable THEN 'failed' ELSE {_RETRY_STATE.format(max_resets=':max_resets')} END,
@@ -301,29 +314,29 @@ WITH i AS (
             THEN now() + {_BACKOFF.format(base=':backoff', resets='j.resets')} ELSE j.not_before END,
         lease_expires_at = NULL, last_error = i.payload -> 'error', updated_at = now()
     FROM i WHERE {_GUARD}
-    RETURNING j.id, i.attempt_id, i.payload, j.state
+    RETURNING j.id, i.attempt_id, i.attempt_ref, i.payload, j.state
 ), att AS (
     UPDATE attempts a SET state = 'failed', finished_at = now(), error = upd.payload
     FROM upd WHERE a.id = upd.attempt_id
 )
-SELECT id, attempt_id, state FROM upd
+SELECT id, attempt_ref, state FROM upd
 """
 
 _EXTEND_SQL = f"""
 WITH i AS (
-    SELECT * FROM unnest(CAST(:job_ids AS bigint[]), CAST(:attempt_ids AS bigint[]))
-        AS t(job_id, attempt_id)
+    SELECT t.*, {_ATTEMPT_OF} AS attempt_id
+    FROM unnest(CAST(:job_ids AS bigint[]), CAST(:attempt_ids AS text[])) AS t(job_id, attempt_ref)
 ), upd AS (
     UPDATE jobs j SET lease_expires_at = GREATEST(j.lease_expires_at,
             LEAST(now() + make_interval(secs => :ext), j.deadline_at, a.deadline_at))
     FROM i JOIN attempts a ON a.id = i.attempt_id
     WHERE {_GUARD}
-    RETURNING j.id, i.attempt_id, j.lease_expires_at
+    RETURNING j.id, i.attempt_id, i.attempt_ref, j.lease_expires_at
 ), att AS (
     UPDATE attempts a SET lease_expires_at = upd.lease_expires_at
     FROM upd WHERE a.id = upd.attempt_id
 )
-SELECT id, attempt_id, floor(extract(epoch FROM lease_expires_at))::bigint FROM upd
+SELECT id, attempt_ref, floor(extract(epoch FROM lease_expires_at))::bigint FROM upd
 """
 
 
@@ -337,37 +350,49 @@ def _dedupe(items: list[dict]) -> list[dict]:
     return unique
 
 
+_EXPLAIN_SQL = f"""
+SELECT t.job_id, t.attempt_ref, a.state, a.worker_id, a.worker_owner,
+       COALESCE(a.outcome, a.error), a.project_id, j.state
+FROM unnest(CAST(:job_ids AS bigint[]), CAST(:attempt_ids AS text[])) AS t(job_id, attempt_ref)
+JOIN attempts a ON a.id = {_ATTEMPT_OF} AND a.job_id = t.job_id
+JOIN jobs j ON j.id = a.job_id
+"""
+
+# SavewebHQ knows no ``staged``: such a job is still work in progress there.
+def _wire_status(state: str) -> str:
+    return "wip" if state == "staged" else state
+
+
+
 def _explain_rejections(project_id: str, worker: Worker, pending: dict, ended_as: str | None,
                         payloads: dict) -> None:
     """Fill the results of items the guarded statement did not move.
 
     An item whose attempt already ended as ``ended_as`` with the same payload
-    is a replay: ``applied``. Everything else is ``stale_attempt``.
+    is a replay: ``applied``. Everything else is ``stale_attempt`` with
+    ``job_status`` null, as SavewebHQ answers it.
     """
     if not pending:
         return
-    attempt_ids = [_as_bigint(aid) for (_, aid) in pending]
-    rows = db.session.execute(text(
-        "SELECT a.id, a.job_id, a.state, a.worker_id, a.worker_owner, "
-        "       COALESCE(a.outcome, a.error), j.state, a.project_id "
-        "FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.id = ANY(:ids)"),
-        {"ids": attempt_ids}).all()
-    by_attempt = {str(r[0]): r for r in rows}
-    for (job_id, attempt_id), result in pending.items():
-        row = by_attempt.get(attempt_id)
-        if row is None or str(row[1]) != job_id or row[7] != project_id:
-            result.error = {"code": "stale_attempt", "message": "no such attempt for this job"}
+    rows = db.session.execute(text(_EXPLAIN_SQL), {
+        "job_ids": [job_id for (job_id, _) in pending],
+        "attempt_ids": [ref for (_, ref) in pending]}).all()
+    by_item = {(r[0], r[1]): r for r in rows}
+    for key, result in pending.items():
+        row = by_item.get(key)
+        if row is None or row[6] != project_id:
+            result.error = _stale("no such attempt for this job")
             continue
-        result.job_status = row[6]
         ours = row[3] == worker.worker_id and row[4] == worker.owner
         if not ours:
-            result.error = {"code": "stale_attempt", "message": "attempt belongs to another worker"}
-        elif ended_as is not None and row[2] == ended_as and row[5] == payloads[(job_id, attempt_id)]:
+            result.error = _stale("attempt belongs to another worker")
+        elif ended_as is not None and row[2] == ended_as and row[5] == payloads[key]:
             result.status = "applied"
+            result.job_status = _wire_status(row[7])
         elif row[2] in ("running", "uploading"):
-            result.error = {"code": "stale_attempt", "message": "lease expired"}
+            result.error = _stale("lease expired")
         else:
-            result.error = {"code": "stale_attempt", "message": f"attempt already {row[2]}"}
+            result.error = _stale(f"attempt already {row[2]}")
 
 
 def _run_outcome(project: Project, worker: Worker, items: list[dict], sql: str, params: dict,
@@ -379,7 +404,7 @@ def _run_outcome(project: Project, worker: Worker, items: list[dict], sql: str, 
                                           "o": worker.owner, **params}).all()
     released = False
     for row in rows:
-        result = results[(str(row[0]), str(row[1]))]
+        result = results[(row[0], row[1])]
         result.status = "applied"
         if ended_as == "done":
             result.job_status = "done"

@@ -214,7 +214,9 @@ class Delivery:
     def _report(self, entry: dict) -> None:
         error = entry["error"]
         code = error["code"] if error["code"] in FAIL_CODES else "internal"
-        item = {"job_id": entry["job_id"], "attempt_id": entry["attempt_id"],
+        # The journal keeps ids as text (volumes written by older versions
+        # too); the wire wants an integer job id.
+        item = {"job_id": int(entry["job_id"]), "attempt_id": entry["attempt_id"],
                 "retryable": bool(error.get("retryable", True)),
                 "error": {"code": code, "message": error.get("message") or code}}
         if error.get("details"):

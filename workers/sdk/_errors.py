@@ -74,7 +74,7 @@ class LeaseLost(FleetHQError):
     """The master no longer accepts reports for this attempt: the lease ran out,
     the job was requeued or deleted, or the attempt already ended another way."""
 
-    def __init__(self, job_id: str, attempt_id: str, reason: str, *,
+    def __init__(self, job_id: int, attempt_id: str, reason: str, *,
                  code: str = "stale_attempt", job_status: str | None = None):
         super().__init__(f"job {job_id} attempt {attempt_id}: {reason}")
         self.job_id = job_id

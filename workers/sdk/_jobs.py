@@ -21,7 +21,7 @@ class JobInfo:
     ``Job.lease_expires_at`` follows the renewals. ``id``, ``via``, ``hops``
     and ``attr`` are None when the job does not set them.
     """
-    job_id: str
+    job_id: int
     attempt_id: str
     value: str
     id: str | None
@@ -40,7 +40,7 @@ class JobInfo:
                        lease_expires_at=job["lease_expires_at"])
         except (KeyError, TypeError, AttributeError) as exc:
             raise ProtocolError(f"claimed job has an unexpected shape: {exc!r}") from None
-        if not (is_identifier(info.job_id) and is_identifier(info.attempt_id)
+        if not (is_int(info.job_id) and info.job_id >= 1 and is_identifier(info.attempt_id)
                 and isinstance(info.value, str) and is_int(info.lease_expires_at)):
             raise ProtocolError(f"claimed job has an unexpected shape: {job!r:.200}")
         return info
@@ -49,7 +49,7 @@ class JobInfo:
 @dataclass(frozen=True)
 class ItemResult:
     """The master's answer for one item of complete, fail or extend-lease."""
-    job_id: str
+    job_id: int
     attempt_id: str
     status: str                      # applied | rejected
     job_status: str | None

@@ -2,8 +2,8 @@
 reports, and the renewal thread's wire calls."""
 from __future__ import annotations
 
-import re
-import socket
+import secrets
+import string
 import threading
 import time
 
@@ -59,11 +59,13 @@ class _Reporter:
         return [ItemResult.from_wire(r) for r in results]
 
 
-def _default_worker_id() -> str:
-    # Stable across restarts of the same machine, so the master's per-worker
-    # caps and prefer_new_worker see one worker, not one per process.
-    name = re.sub(r"[^A-Za-z0-9._:-]", "-", socket.gethostname())[:128].strip("-.")
-    return name if is_identifier(name) and name not in (".", "..") else "worker"
+WORKER_ID_ALPHABET = string.ascii_lowercase + string.digits
+
+
+def new_worker_id() -> str:
+    """A fresh seven-character ``a-z0-9`` id, one per queue instance, as
+    SavewebHQ's SDKs make them: the master maps it to the token's user."""
+    return "".join(secrets.choice(WORKER_ID_ALPHABET) for _ in range(7))
 
 
 class ProjectQueue:
@@ -216,8 +218,10 @@ class ProjectQueue:
         return jobs
 
     def _after_claim(self, data: dict, policy: Policy) -> None:
+        # The hint is SavewebHQ's: a pause after an empty claim, and the
+        # bucket's next token when the project is rate limited.
         pause = data.get("retry_after_ms")
-        if is_int(pause) and pause > 0:
+        if is_int(pause) and pause > 0 and (not data["jobs"] or policy.dispatch_qps is not None):
             self._pacer.defer(pause / 1000.0)
         if data["policy_version"] != policy.policy_version:
             self._policy_stale = True
@@ -242,7 +246,8 @@ def open_project_queue(url: str, token: str, project_id: str, *, client_version:
         project_id: the project to work on.
         client_version: sent as ``X-Client-Version``; must be on the
             project's allow-list.
-        worker_id: this worker's id; default: a node's own id, else the host name.
+        worker_id: this worker's id; default: a node's own id, else a fresh
+            seven-character id for this queue instance.
         allow_http: permit plain http (the token then travels in clear).
         session: a ``requests.Session`` to send with (never mutated).
         lease_seconds: lease to ask for; default the policy's recommendation.
@@ -278,7 +283,7 @@ def open_project_queue(url: str, token: str, project_id: str, *, client_version:
             # An enrolled node must use its node id; whoami tells it.
             who = transport.call("GET", "whoami")
             node_id = who.get("worker_id")
-            worker_id = node_id if is_identifier(node_id) else _default_worker_id()
+            worker_id = node_id if is_identifier(node_id) else new_worker_id()
         queue = ProjectQueue(transport, project_id, worker_id=worker_id,
                              lease_seconds=lease_seconds, long_poll_ms=long_poll_ms,
                              renew=renew, accept_types=accept_types)

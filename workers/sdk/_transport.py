@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import requests
 
-from workers.protocol import CLIENT_VERSION_HEADER, master_base_url
+from workers.protocol import CLIENT_VERSION_HEADER_ALIAS, master_base_url
 from workers.sdk._errors import (APIError, FleetHQError, ProtocolError, TransportError,
                                  api_error_class)
 from workers.sdk._retry import RetryPolicy, retry_after_s
@@ -129,7 +129,9 @@ class Transport:
         self._auth = BearerAuth(token)
         self._owns_session = session is None
         self._session = session or requests.Session()
-        self._headers = {CLIENT_VERSION_HEADER: str(client_version), "Accept": "application/json",
+        # SavewebHQ's header name: FleetHQ accepts it, and a SavewebHQ
+        # master accepts no other.
+        self._headers = {CLIENT_VERSION_HEADER_ALIAS: str(client_version), "Accept": "application/json",
                          "User-Agent": f"{USER_AGENT} {client_version}"}
         self._rng = rng or random.Random()
         self._never = threading.Event()

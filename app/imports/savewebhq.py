@@ -1,0 +1,202 @@
+"""Switch from SavewebHQ: copy a SavewebHQ tracker database into FleetHQ.
+
+One run reads the whole source from one snapshot into temporary tables of the
+target session (``savewebhq_stage``), checks it (``savewebhq_checks``), then
+writes users, machine tokens, projects, jobs with their attempts and the
+worker map set-based (``savewebhq_write``) and moves the job-id sequence past
+the imported ids, all in one target transaction: a refused or failed run
+writes nothing. Rows already in the target and equal are left alone, so a
+second run writes nothing and says so; a dry run does everything but write.
+
+Not carried: SavewebHQ's per-worker claim buckets (FleetHQ keeps no claim
+audit), web sessions (users sign in again), GitHub numeric ids and avatars,
+and the dispatch token bucket (it starts full, as for a new project).
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from app.errors import Conflict
+from app.extensions import db
+from app.imports import savewebhq_checks as checks
+from app.imports import savewebhq_stage as stage
+from app.imports import savewebhq_write as write
+
+# One import at a time per target database.
+_LOCK_KEY = 0x5A7E_4E70_1D9C
+
+# Rows already in the target, per stage table: the complement is "new".
+_PRESENT = {
+    "users": "SELECT count(*) FROM sw_users s WHERE EXISTS (SELECT 1 FROM users u WHERE u.id = s.id)",
+    "machine_tokens": "SELECT count(*) FROM sw_tokens s WHERE NOT s.revoked AND EXISTS "
+                      "(SELECT 1 FROM machine_tokens m WHERE m.user_id = s.user_id)",
+    "projects": "SELECT count(*) FROM sw_projects s WHERE EXISTS "
+                "(SELECT 1 FROM projects p WHERE p.id = s.id)",
+    "jobs": "SELECT count(*) FROM sw_jobs s WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.id = s.id)",
+    "worker_users": "SELECT count(*) FROM sw_workers s WHERE EXISTS "
+                    "(SELECT 1 FROM worker_users w WHERE w.worker_id = s.worker_id)",
+}
+_STAGE_OF = {"users": "sw_users", "machine_tokens": "sw_tokens", "projects": "sw_projects",
+             "jobs": "sw_jobs", "worker_users": "sw_workers"}
+
+
+def _install_token():
+    """``app.accounts.service.install_token`` when this build has it."""
+    from app.accounts import service
+    return getattr(service, "install_token", None)
+
+
+def _describe(url: str) -> str:
+    try:
+        info = conninfo_to_dict(url)
+    except Exception:  # the connection attempt reports a bad URL properly
+        return "?"
+    return f"{info.get('host', 'localhost')}:{info.get('port', 5432)}/{info.get('dbname', '')}"
+
+
+def _read(src, tgt, totals, batch: int, say) -> None:
+    for table in ("sw_users", "sw_projects", "sw_workers"):
+        stage.copy_across(src, tgt, table)
+    totals.tokens_plain_mismatch = stage.stage_tokens(src, tgt)
+    say("read users, machine tokens, projects and the worker map")
+    staged = 0
+    for lo, hi in stage.job_ranges(totals, batch):
+        staged += stage.copy_across(src, tgt, "sw_jobs", lo=lo, hi=hi)
+        say(f"read {staged}/{totals.jobs} jobs")
+    tgt.execute("ANALYZE sw_users, sw_tokens, sw_projects, sw_workers, sw_jobs")
+
+
+def _plan(tgt) -> dict:
+    tables = {}
+    for name, present_sql in _PRESENT.items():
+        source = tgt.execute(f"SELECT count(*) FROM {_STAGE_OF[name]}").fetchone()[0]
+        present = tgt.execute(present_sql).fetchone()[0]
+        tables[name] = {"source": source, "new": 0, "unchanged": present}
+    revoked, viewable, legacy = tgt.execute(
+        "SELECT count(*) FILTER (WHERE revoked), count(*) FILTER (WHERE NOT revoked AND viewable), "
+        "count(*) FILTER (WHERE NOT revoked AND NOT viewable) FROM sw_tokens").fetchone()
+    tables["machine_tokens"].update(revoked_not_carried=revoked, viewable=viewable,
+                                    digest_only=legacy)
+    for name, counts in tables.items():
+        carried = counts["source"] - counts.get("revoked_not_carried", 0)
+        counts["new"] = carried - counts["unchanged"]
+    tables["jobs"]["new_by_state"] = dict(tgt.execute(
+        f"SELECT s.state, count(*) {write.NEW_JOBS} GROUP BY s.state ORDER BY 1").fetchall())
+    planned = dict(tgt.execute(write.ATTEMPTS_PLANNED).fetchall())
+    tables["attempts"] = {"new": sum(planned.values()), "new_by_state": planned}
+    return tables
+
+
+def _write(tgt, totals, batch: int, say) -> list[str]:
+    small = write.insert_small_tables(tgt)
+    say(f"wrote {small['users']} users, {small['machine_tokens']} machine tokens, "
+        f"{small['projects']} projects")
+    done = 0
+    for lo, hi in stage.job_ranges(totals, batch):
+        jobs, _ = write.insert_jobs(tgt, lo, hi)
+        done += jobs
+        say(f"wrote {done} jobs")
+    write.insert_workers(tgt)
+    return small["token_users"]
+
+
+def _seal_tokens(user_ids: list[str], tokens: dict[str, str], say) -> tuple[int, list[str]]:
+    """Make newly imported clear-text tokens viewable again, after the commit
+    (the accounts service commits on its own)."""
+    install = _install_token()
+    wanted = [u for u in user_ids if u in tokens]
+    if not wanted:
+        return 0, []
+    if install is None:
+        return 0, [f"{len(wanted)} machine tokens were installed by digest only: this FleetHQ "
+                   "cannot keep tokens viewable"]
+    sealed, problems = 0, []
+    for user_id in wanted:
+        try:
+            install(user_id, tokens[user_id])
+            sealed += 1
+        except Exception as exc:  # the digest is in place; only viewing is lost
+            db.session.rollback()
+            problems.append(f"machine token of {user_id!r} works but is not viewable: {exc}")
+    say(f"made {sealed} machine tokens viewable")
+    return sealed, problems
+
+
+def run(source_url: str, *, dry_run: bool = False, batch: int = 100_000,
+        progress: Callable[[str], None] | None = None) -> dict:
+    """Import (or, with ``dry_run``, only read and check) a SavewebHQ database.
+
+    Parameters:
+        source_url: a libpq URL of the SavewebHQ database (read only).
+        batch: jobs per read and per insert statement.
+        progress: called with one line per step.
+
+    Returns:
+        The summary: per table the source rows, the ``new`` ones (written, or
+        to be written in a dry run) and the ``unchanged`` ones already here.
+
+    Raises:
+        InvalidRequest: ``invalid_source`` (unreachable, not SavewebHQ, rows
+            FleetHQ cannot hold). Conflict: ``import_conflict``. Nothing is
+            written in either case.
+    """
+    started = time.monotonic()
+
+    def say(line: str) -> None:
+        if progress is not None:
+            progress(f"{line} ({time.monotonic() - started:.1f} s)")
+
+    src = stage.open_source(source_url)
+    try:
+        stage.check_schema(src)
+        totals = stage.totals(src)
+        tgt = db.session.connection().connection.driver_connection
+        tgt.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
+        stage.create_stages(tgt)
+        _read(src, tgt, totals, batch, say)
+        src.rollback()
+        say("checking")
+        checks.check_source(tgt)
+        checks.check_conflicts(tgt)
+        tables = _plan(tgt)
+        warnings = checks.warnings(tgt, totals.tokens_plain_mismatch)
+        sequence = write.move_job_sequence(tgt, totals.max_job_id, write=False)
+        changed = (any(t["new"] for t in tables.values())
+                   or sequence["next_after"] != sequence["next_before"])
+        viewable = dict(tgt.execute(
+            "SELECT user_id, token FROM sw_tokens WHERE viewable AND NOT revoked").fetchall())
+        token_users: list[str] = []
+        if dry_run or not changed:
+            db.session.rollback()
+        else:
+            token_users = _write(tgt, totals, batch, say)
+            sequence = write.move_job_sequence(tgt, totals.max_job_id, write=True)
+            db.session.commit()
+            say("committed")
+    except psycopg.IntegrityError as exc:
+        # Only a writer racing the import gets here: the checks saw no conflict.
+        db.session.rollback()
+        raise Conflict("the target changed while importing; nothing was written, run the import "
+                       f"again: {exc}".strip(), code="import_conflict") from None
+    except BaseException:
+        db.session.rollback()
+        raise
+    finally:
+        src.close()
+    sealed, problems = _seal_tokens(token_users, viewable, say)
+    tables["machine_tokens"]["sealed"] = sealed
+    if changed and not dry_run and tables["jobs"]["new"]:
+        db.session.execute(db.text("ANALYZE jobs, attempts"))
+        db.session.commit()
+    tables["claim_buckets"] = {"source": totals.claim_buckets, "new": 0,
+                               "not_carried": totals.claim_buckets}
+    if not changed:
+        say("nothing to import: the target already holds every row of the source")
+    return {"source": _describe(source_url), "dry_run": dry_run,
+            "changed": changed and not dry_run, "up_to_date": not changed, "tables": tables,
+            "jobs_id_sequence": sequence, "warnings": warnings + problems,
+            "seconds": round(time.monotonic() - started, 3)}

@@ -1,0 +1,188 @@
+"""Set-based writes from the stage tables into FleetHQ's tables.
+
+Every statement inserts only rows the target does not hold yet (the checks
+have already proved that rows it does hold are equal), so the same
+statements serve the first run and a rerun. Jobs go in batches of job-id
+ranges, each one statement that also creates the job's attempts: the job
+counters' statement triggers then add one delta row per (project, state) and
+batch, so project summaries are right the moment the import commits.
+
+How a SavewebHQ job becomes FleetHQ attempts (SavewebHQ keeps no attempt
+history, only the current lease and the last outcome or error):
+
+=================================  ==========================================
+SavewebHQ job                      FleetHQ attempts (oldest first)
+=================================  ==========================================
+todo                               none, or one failed attempt when it carries
+                                   an execution error (a retryable failure)
+wip                                that failed attempt if any, then a running
+                                   attempt with ``wire_id`` = ``attempt_id``,
+                                   the worker, its owner and the lease
+done                               a done attempt, ``outcome`` =
+                                   ``{"outcome": …, "artifact_receipts": […]}``
+failed                             a failed attempt (``retryable`` false)
+reset_exhausted by a failure       a failed attempt (``retryable`` true)
+reset_exhausted by lease expiries  the failed attempt if any, then an
+                                   expired attempt
+=================================  ==========================================
+
+Attempts of the past carry the worker id ``IMPORTED_WORKER`` (SavewebHQ does
+not record who finished a job) and the job's completion or update time.
+"""
+from __future__ import annotations
+
+import psycopg
+
+from app.projects.policy import defaults
+
+IMPORTED_WORKER = "savewebhq-import"
+
+USERS = """
+INSERT INTO users (id, status, roles, github_login, created_at, updated_at)
+SELECT s.id, s.status, s.roles, s.github_login, s.created_at, s.updated_at FROM sw_users s
+WHERE NOT EXISTS (SELECT 1 FROM users u WHERE u.id = s.id)
+"""
+
+TOKENS = """
+INSERT INTO machine_tokens (user_id, token_hash, created_at)
+SELECT s.user_id, s.token_hash, s.created_at FROM sw_tokens s
+WHERE NOT s.revoked AND NOT EXISTS (SELECT 1 FROM machine_tokens m WHERE m.user_id = s.user_id)
+RETURNING user_id
+"""
+
+PROJECTS = """
+WITH new AS (
+    INSERT INTO projects (id, kind, status, identity_mode, claim_order, dispatch_qps,
+        worker_claim_qps, max_jobs_per_claim, max_resets, recommended_lease_seconds,
+        retry_backoff_seconds, client_versions, max_in_flight, max_worker_in_flight,
+        prefer_new_worker, task_timeout_seconds, attempt_timeout_seconds,
+        upload_timeout_seconds, policy_version, created_at, updated_at)
+    SELECT s.id, 'generic', s.status, s.identity_mode, s.claim_order, s.dispatch_qps,
+        s.worker_claim_qps, s.max_jobs_per_claim, s.max_resets, s.recommended_lease_seconds,
+        %(retry_backoff_seconds)s, s.client_versions, %(max_in_flight)s,
+        %(max_worker_in_flight)s, %(prefer_new_worker)s, %(task_timeout_seconds)s,
+        %(attempt_timeout_seconds)s, %(upload_timeout_seconds)s, s.policy_version,
+        s.created_at, s.updated_at
+    FROM sw_projects s WHERE NOT EXISTS (SELECT 1 FROM projects p WHERE p.id = s.id)
+    RETURNING id
+)
+INSERT INTO project_dispatch (project_id, tokens) SELECT id, 0 FROM new
+"""
+
+WORKERS = """
+INSERT INTO worker_users (worker_id, user_id)
+SELECT s.worker_id, s.user_id FROM sw_workers s
+WHERE NOT EXISTS (SELECT 1 FROM worker_users w WHERE w.worker_id = s.worker_id)
+"""
+
+# The state of the attempt that ended (or holds) the job; NULL: none.
+FINAL_ATTEMPT = """CASE s.state WHEN 'wip' THEN 'running' WHEN 'done' THEN 'done'
+    WHEN 'failed' THEN 'failed'
+    WHEN 'reset_exhausted' THEN CASE WHEN s.completed_at IS NOT NULL AND s.error IS NOT NULL
+                                     THEN 'failed' ELSE 'expired' END END"""
+# An execution error the final attempt does not explain came from an earlier one.
+EARLIER_FAILURE = "s.error IS NOT NULL AND ({final}) IS DISTINCT FROM 'failed'"
+
+NEW_JOBS = "FROM sw_jobs s WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = s.id)"
+
+ATTEMPTS_PLANNED = f"""
+SELECT state, count(*) FROM (
+    SELECT 'failed' AS state {NEW_JOBS} AND {EARLIER_FAILURE.format(final=FINAL_ATTEMPT)}
+    UNION ALL
+    SELECT {FINAL_ATTEMPT} {NEW_JOBS} AND s.state <> 'todo'
+) planned GROUP BY state
+"""
+
+JOBS = f"""
+WITH picked AS MATERIALIZED (
+    SELECT s.*, {FINAL_ATTEMPT} AS final_state,
+           {EARLIER_FAILURE.format(final=FINAL_ATTEMPT)} AS failed_before
+    {NEW_JOBS} AND s.id >= %(lo)s AND s.id < %(hi)s
+), n AS MATERIALIZED (
+    -- Attempt ids come from FleetHQ's own sequence, the earlier one first.
+    SELECT p.*,
+           CASE WHEN p.failed_before THEN nextval(CAST(%(attempt_seq)s AS regclass)) END AS earlier_id,
+           CASE WHEN p.final_state IS NOT NULL THEN nextval(CAST(%(attempt_seq)s AS regclass)) END AS final_id
+    FROM picked p ORDER BY p.id
+), new_jobs AS (
+    INSERT INTO jobs (id, project_id, ext_id, value_sha256, value, type, via, hops, attr,
+        random_key, state, created_at, updated_at, not_before, current_attempt_id, worker_id,
+        worker_owner, lease_expires_at, resets, attempts_count, last_error)
+    SELECT id, project_id, ext_id, value_sha256, value, COALESCE(NULLIF(type, ''), 'seed'), via,
+        hops::int, attr, random_key, state, created_at, updated_at, created_at,
+        COALESCE(final_id, earlier_id), worker_id, worker_owner, lease_expires_at, resets,
+        (earlier_id IS NOT NULL)::int + (final_id IS NOT NULL)::int, error
+    FROM n
+    RETURNING 1
+), new_attempts AS (
+    INSERT INTO attempts (id, job_id, project_id, worker_id, worker_owner, state, created_at,
+        lease_expires_at, finished_at, outcome, error, wire_id)
+    SELECT earlier_id, id, project_id, %(imported)s, NULL, 'failed', updated_at, updated_at,
+        updated_at, NULL, jsonb_build_object('retryable', true, 'error', error), NULL
+    FROM n WHERE earlier_id IS NOT NULL
+    UNION ALL
+    SELECT final_id, id, project_id,
+        CASE WHEN final_state = 'running' THEN worker_id ELSE %(imported)s END,
+        CASE WHEN final_state = 'running' THEN worker_owner END,
+        final_state,
+        COALESCE(completed_at, updated_at),
+        COALESCE(lease_expires_at, completed_at, updated_at),
+        CASE WHEN final_state <> 'running' THEN COALESCE(completed_at, updated_at) END,
+        CASE WHEN final_state = 'done' THEN jsonb_build_object(
+            'outcome', outcome, 'artifact_receipts', COALESCE(receipts, '[]'::jsonb)) END,
+        CASE WHEN final_state = 'failed' THEN jsonb_build_object(
+            'retryable', state = 'reset_exhausted', 'error', error) END,
+        CASE WHEN final_state = 'running' THEN wire_id END
+    FROM n WHERE final_id IS NOT NULL
+    RETURNING state
+)
+SELECT (SELECT count(*) FROM new_jobs),
+       (SELECT COALESCE(jsonb_object_agg(state, c), '{{}}') FROM
+            (SELECT state, count(*) AS c FROM new_attempts GROUP BY state) x)
+"""
+
+
+def project_defaults() -> dict:
+    """FleetHQ-only policy fields of an imported (generic) project."""
+    fields = defaults("generic")
+    return {name: fields[name] for name in (
+        "retry_backoff_seconds", "max_in_flight", "max_worker_in_flight", "prefer_new_worker",
+        "task_timeout_seconds", "attempt_timeout_seconds", "upload_timeout_seconds")}
+
+
+def insert_small_tables(tgt: psycopg.Connection) -> dict:
+    """Users, machine tokens, projects; returns the new rows per table (and
+    the users whose new token rows may be sealed for viewing)."""
+    users = tgt.execute(USERS).rowcount
+    token_users = [r[0] for r in tgt.execute(TOKENS).fetchall()]
+    projects = tgt.execute(PROJECTS, project_defaults()).rowcount
+    return {"users": users, "machine_tokens": len(token_users), "projects": projects,
+            "token_users": token_users}
+
+
+def insert_jobs(tgt: psycopg.Connection, lo: int, hi: int) -> tuple[int, dict]:
+    """One batch: the new jobs with ids in [lo, hi) and their attempts."""
+    seq = tgt.execute("SELECT pg_get_serial_sequence('attempts', 'id')").fetchone()[0]
+    jobs, attempts = tgt.execute(JOBS, {"lo": lo, "hi": hi, "imported": IMPORTED_WORKER,
+                                        "attempt_seq": seq}).fetchone()
+    return jobs, attempts
+
+
+def insert_workers(tgt: psycopg.Connection) -> int:
+    return tgt.execute(WORKERS).rowcount
+
+
+def move_job_sequence(tgt: psycopg.Connection, imported_max: int, *, write: bool) -> dict:
+    """Make the next FleetHQ job id larger than every job id held and imported.
+
+    Returns the next id before and after (equal when nothing had to move).
+    """
+    seq = tgt.execute("SELECT pg_get_serial_sequence('jobs', 'id')").fetchone()[0]
+    last, called = tgt.execute(f"SELECT last_value, is_called FROM {seq}").fetchone()
+    next_id = last + 1 if called else last
+    highest = max(imported_max, tgt.execute("SELECT COALESCE(max(id), 0) FROM jobs").fetchone()[0])
+    if highest < next_id:
+        return {"next_before": next_id, "next_after": next_id}
+    if write:
+        tgt.execute("SELECT setval(%s, %s, true)", (seq, highest))
+    return {"next_before": next_id, "next_after": highest + 1}
