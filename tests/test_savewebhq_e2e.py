@@ -464,6 +464,8 @@ def test_operator_setup_with_savewebhq_flags(hq, master_env, tmp_path):
     done = run(flask + ["bootstrap-user", "--user-id", "ops-admin", "--roles", "admin",
                         "--machine-token-file", str(token_file)], master_env)
     assert done.returncode == 0, done.stderr[-800:]
+    # SavewebHQ installs the operator's token and never writes the file.
+    assert token_file.read_text().strip() == "ops-admin-token-0123456789abcdef", token_file.read_text()
     done = run(flask + ["put-project", "--project-id", "cli-e2e", "--status", "active",
                         "--identity-mode", "external_id", "--max-jobs-per-claim", "256",
                         "--max-resets", "3", "--recommended-lease-seconds", "300",
