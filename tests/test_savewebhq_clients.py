@@ -15,7 +15,7 @@ import pytest
 from tests.savewebhq_clients import (GoAPIError, GoClient, GoHqctl, GoQueue, PythonSdkAPIError,
                                      PythonSdkQueue, PythonSdkTransport, go_default_job_id)
 from tests.savewebhq_wire import (CLIENT_VERSION, admin_path, each_case, hq, hq_server,  # noqa: F401
-                                  make_account, receipt, source_file, specs, worker_path)
+                                  receipt, source_file, specs, worker_path)
 
 P = "proj"
 
