@@ -15,6 +15,9 @@ def create_app(config: dict | None = None, *, check_schema: bool = True) -> Flas
     if not app.config.get("SECRET_KEY"):
         import secrets
         app.config["SECRET_KEY"] = secrets.token_hex(32)
+        # A key of this process alone: nothing sealed under it (machine
+        # tokens) could be opened by another process or after a restart.
+        app.config["SECRET_KEY_GENERATED"] = True
 
     from app.ops import logging as ops_logging
     ops_logging.init_app(app)

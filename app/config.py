@@ -16,6 +16,10 @@ class Defaults:
     # A file holding the key instead (``flask fleet web-keygen --out FILE``
     # writes one); it must not be readable by group or others.
     SECRET_KEY_FILE = None
+    # Keep a sealed copy of each user machine token (key derived from
+    # SECRET_KEY) so that its admin and owner can view it again; false keeps
+    # digests only.
+    MACHINE_TOKENS_VIEWABLE = True
     DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/fleethq"
     REDIS_URL = "redis://127.0.0.1:6379/0"
     DATA_DIR = "var"
@@ -94,6 +98,9 @@ def load(overrides: dict | None = None) -> dict:
     if cfg.get("SECRET_KEY_FILE") and not cfg.get("SECRET_KEY"):  # a key given to create_app wins
         cfg["SECRET_KEY"] = read_secret_file(cfg["SECRET_KEY_FILE"])
     cfg["SQLALCHEMY_DATABASE_URI"] = sqlalchemy_url(cfg["DATABASE_URL"])
+    if not isinstance(cfg["MACHINE_TOKENS_VIEWABLE"], bool):
+        raise ValueError("MACHINE_TOKENS_VIEWABLE must be true or false, "
+                         f"not {cfg['MACHINE_TOKENS_VIEWABLE']!r}")
     size = cfg["FLEET_POOL_SIZE"]
     if not isinstance(size, int) or isinstance(size, bool) or not 16 <= size <= 64:
         raise ValueError(f"FLEET_POOL_SIZE must be an integer 16..64, not {size!r}")

@@ -49,8 +49,10 @@ def app(database_url):
     from flask_migrate import upgrade
 
     from app import create_app
-    application = create_app({"DATABASE_URL": database_url, "TESTING": True, "LOG_JSON": False},
-                             check_schema=False)
+    # A configured secret key, as in production: machine tokens are sealed
+    # under it and stay viewable.
+    application = create_app({"DATABASE_URL": database_url, "TESTING": True, "LOG_JSON": False,
+                              "SECRET_KEY": "test-secret-key"}, check_schema=False)
     with application.app_context():
         upgrade()
     return application

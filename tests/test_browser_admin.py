@@ -13,6 +13,7 @@ JavaScript dialog (an executed script).
 """
 from __future__ import annotations
 
+import re
 
 import pytest
 import requests
@@ -162,7 +163,7 @@ def test_approve_drain_and_revoke_an_enrolled_node(page, site, app):
     shot(page, "enrollment")
 
 
-def test_users_and_hooks_pages(page, site, app, api):
+def test_users_and_hooks_pages(page, site, app, api, admin_token):
     from app.accounts import service as accounts
     from app.extensions import db
     with app.app_context():
@@ -173,6 +174,12 @@ def test_users_and_hooks_pages(page, site, app, api):
     page.click("#pending button")
     assert flash(page) == "User gh-7 is active; they can sign in now."
     shot(page, "users")
+    # The admin's own token (from the API fixture) is viewable again, behind a button.
+    assert admin_token not in page.content()
+    page.locator("#users tr", has=page.locator("code", has_text=re.compile(r"^admin$"))).locator(
+        "button", has_text="View token").click()
+    assert page.inner_text("#machine-token") == admin_token
+    page.go_back()
 
     page.click(".subnav >> text=Hooks")
     page.select_option("#consumer-project", "papers")

@@ -103,7 +103,12 @@ def test_non_member_waits_then_is_activated_and_generates_a_token(app, site, sta
     assert api.get(f"{site.url}/api/v1/whoami").status == 401
 
     page.goto(f"{site.url}/worker")
-    assert token not in page.content()  # shown once
+    assert token not in page.content()  # not in the page until asked for
+    page.click("#view-token")
+    page.wait_for_selector("#current-token")
+    assert page.inner_text("#current-token") == token
+    page.goto(f"{site.url}/worker")
+    assert token not in page.content()
     page.click("#revoke-token")
     page.wait_for_url(f"{site.url}/worker")
     assert "Machine token revoked" in page.inner_text("main")

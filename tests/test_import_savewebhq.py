@@ -162,9 +162,9 @@ def test_users_tokens_and_worker_map(app, source):
 
 
 def test_digest_only_token_is_found_by_the_legacy_key(source):
-    from app.imports.savewebhq_stage import legacy_token_key
+    from app.accounts.tokens import savewebhq_key
     saveweb = hashlib.sha256(b"saveweb-machine-token-v1\x00" + source.tokens["crawler-2"].encode())
-    assert legacy_token_key(source.tokens["crawler-2"]) == "savewebhq-v1:" + saveweb.hexdigest()
+    assert savewebhq_key(source.tokens["crawler-2"]) == "savewebhq-v1:" + saveweb.hexdigest()
 
 
 def test_clear_text_tokens_stay_viewable_where_fleethq_can_seal_them(app, source):

@@ -1,15 +1,15 @@
-"""Admin routes (machine token with role admin): projects, jobs, users, tokens."""
+"""Admin routes (machine token with role admin): projects and jobs (users and
+tokens: ``admin_users``)."""
 from __future__ import annotations
 
 from flask import current_app, jsonify, request
 
-from app.accounts import service as accounts
 from app.api import bp
 from app.api import validate as v
 from app.api.auth import body_limit, require
 from app.errors import InvalidJob, InvalidRequest, TooLarge, UnsupportedMediaType
 from app.projects import enqueue, jobs_admin, service, source_import
-from workers.protocol import SpecError, is_identifier, normalize_jobspec
+from workers.protocol import SpecError, normalize_jobspec
 from workers.source import Limits
 
 MAX_JOBS_PER_BATCH = 10_000
@@ -132,47 +132,5 @@ def delete_job(project_id, job_id):
     return "", 204
 
 
-USER = {"roles": v.list_of(v.one_of("admin", "worker", "reader"), 0, 3, unique=True),
-        "status": v.Optional(v.one_of("active", "pending", "suspended"), default="active")}
-
-
-@bp.get("/admin/users")
-def list_users():
-    require("admin")
-    return jsonify(users=[accounts.user_dict(u) for u in accounts.list_users()])
-
-
-@bp.put("/admin/users/<user_id>")
-def put_user(user_id):
-    require("admin")
-    if not is_identifier(user_id):
-        raise InvalidRequest("user id must be 1..128 of [A-Za-z0-9._:-]")
-    body = v.check(v.json_body(body_limit("worker")), USER)
-    user, created = accounts.put_user(user_id, body["roles"], body["status"])
-    return jsonify(accounts.user_dict(user)), 201 if created else 200
-
-
-@bp.delete("/admin/users/<user_id>")
-def delete_user(user_id):
-    require("admin")
-    accounts.delete_user(user_id)
-    return "", 204
-
-
-@bp.post("/admin/users/<user_id>/machine-token")
-def rotate_token(user_id):
-    require("admin")
-    return jsonify(user_id=user_id, token=accounts.rotate_token(user_id))
-
-
-@bp.get("/admin/users/<user_id>/machine-token")
-def token_metadata(user_id):
-    require("admin")
-    return jsonify(accounts.token_metadata(user_id))
-
-
-@bp.delete("/admin/users/<user_id>/machine-token")
-def revoke_token(user_id):
-    require("admin")
-    accounts.revoke_token(user_id)
-    return "", 204
+# The user and machine-token routes register on ``bp`` from their own module.
+from app.api import admin_users  # noqa: E402,F401

@@ -1,7 +1,8 @@
 """Bearer-token authentication and the client-version gate for API views.
 
-Two kinds of bearer: user machine tokens (``fhq_``) and enrolled-node secrets
-(``fhqn_``). A browser session cookie is never accepted here.
+Two kinds of bearer: enrolled-node secrets (``fhqn_``) and user machine tokens
+(anything else well-formed: ``fhq_`` ones FleetHQ issued, or tokens an operator
+installed). A browser session cookie is never accepted here.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from flask import current_app, g, request
 from sqlalchemy import text
 
 from app.accounts import service as accounts
+from app.accounts import tokens
 from app.accounts.service import Principal
 from app.errors import InvalidToken, PermissionDenied, UpgradeRequired
 from app.extensions import db
@@ -31,11 +33,13 @@ class WorkerCall:
 
 
 def bearer() -> str:
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise InvalidToken("missing bearer token")
-    return token.strip()
+    """The token of ``Authorization: Bearer <token>``, parsed as SavewebHQ
+    does: one space after the scheme, then a token without whitespace."""
+    header = tokens.from_header(request.headers.get("Authorization", "")).strip()
+    scheme, found, token = header.partition(" ")
+    if not found or scheme.lower() != "bearer" or not tokens.well_formed(token):
+        raise InvalidToken("missing or malformed bearer token")
+    return token
 
 
 def principal() -> Principal:
@@ -66,7 +70,7 @@ SELECT {accounts.TOKEN_LOOKUP_COLUMNS}, tw.status,
 FROM {accounts.TOKEN_LOOKUP_FROM}
 LEFT JOIN projects p ON p.id = :p
 LEFT JOIN token_workers tw ON tw.user_id = u.id AND tw.worker_id = :w
-WHERE t.token_hash = :h
+WHERE {accounts.TOKEN_LOOKUP_WHERE}
 """
 
 
@@ -75,45 +79,62 @@ def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
     in one round trip.
 
     Raises:
-        InvalidToken, PermissionDenied (wrong role, pending node, revoked
-        token worker, node using another worker id), NotFound.
+        InvalidToken, PermissionDenied (not an active user with role worker,
+        pending node, revoked token worker, node using another worker id),
+        NotFound.
     """
     token = bearer()
-    digest = accounts.tokens.digest(token)
     if token.startswith(fleet.NODE_SECRET_PREFIX):
-        row = db.session.execute(text(_NODE_CALL), {"p": project_id, "h": digest}).first()
-        if row is None or not accounts.tokens.matches(token, row[2]) or row[1] in ("rejected", "revoked"):
+        row = db.session.execute(text(_NODE_CALL), {"p": project_id,
+                                                    "h": tokens.digest(token)}).first()
+        if row is None or not tokens.matches(token, row[2]) or row[1] in ("rejected", "revoked"):
             raise InvalidToken("invalid node secret")
         who = Principal(user_id=None, roles=frozenset({"worker"}), node_id=row[0], node_status=row[1])
         if row[1] == "pending":
             raise PermissionDenied("node is waiting for approval")
         if worker_id is not None and worker_id != row[0]:
             raise PermissionDenied("a node's worker_id is its node id")
-        status, age, project_row = row[1], row[3], row[4:]
+        status, age = row[1], row[3]
+        project = _project(project_id, row[4:])
         worker = Worker(worker_id=row[0], owner=None)
     else:
-        if not accounts.well_formed(token):
+        row = db.session.execute(text(_TOKEN_CALL), {"p": project_id, "w": worker_id,
+                                                     **accounts.lookup_params(token)}).first()
+        if row is None:
             raise InvalidToken("invalid machine token")
-        row = db.session.execute(text(_TOKEN_CALL), {"p": project_id, "h": digest, "w": worker_id}).first()
-        who = accounts.authenticate(token, row=row[:4] if row is not None else None)
-        if not who.has("worker"):
-            raise PermissionDenied("requires role worker")
-        status = row[4] or "active"
+        who = accounts.authenticate(token, row=row[:4])
+        status, age = row[4] or "active", row[5]
+        # As SavewebHQ: an unknown project is 404 whoever asks; then the user
+        # must be an active worker.
+        project = _project(project_id, row[6:])
+        if not _active_user_with(who, ("worker",)):
+            raise PermissionDenied("active worker role required")
         if status == "revoked":
             raise PermissionDenied("this worker id was revoked")
-        age, project_row = row[5], row[6:]
         worker = Worker(worker_id=worker_id, owner=who.user_id)
     g.principal = who
-    project = projects.view_from_row(project_row)
-    if project is None:
-        raise projects.not_found(project_id)
     return WorkerCall(who, project, worker, status, None if age is None else float(age))
 
 
+def _project(project_id: str, project_row) -> "projects.ProjectView":
+    project = projects.view_from_row(project_row)
+    if project is None:
+        raise projects.not_found(project_id)
+    return project
+
+
+def _active_user_with(who: Principal, roles) -> bool:
+    return who.user_status == "active" and who.has(*roles)
+
+
 def require(*roles: str) -> Principal:
+    """A caller with one of ``roles``: for a user, an active one (a pending
+    or suspended user's token still authenticates, as in SavewebHQ, but is
+    refused here with 403)."""
     who = principal()
-    if not who.has(*roles):
-        raise PermissionDenied(f"requires role {' or '.join(roles)}")
+    allowed = who.has(*roles) if who.node_id is not None else _active_user_with(who, roles)
+    if not allowed:
+        raise PermissionDenied(f"active {' or '.join(roles)} role required")
     return who
 
 
@@ -124,8 +145,8 @@ def require_worker() -> Principal:
         if who.node_status == "pending":
             raise PermissionDenied("node is waiting for approval")
         return who
-    if not who.has("worker"):
-        raise PermissionDenied("requires role worker")
+    if not _active_user_with(who, ("worker",)):
+        raise PermissionDenied("active worker role required")
     return who
 
 

@@ -92,6 +92,17 @@ SCHEMAS = {
         "state": {"enum": ["uploading", "staged", "done", "failed", "expired", "held"]},
         "sha256": {"type": "string"}, "size": {"type": "integer"},
         "asset_key": {"type": ["string", "null"]}, "error": {"type": ["object", "null"]}}},
+    "AdminUserSummary": {"type": "object", "additionalProperties": False, "required": [
+        "id", "status", "roles", "machine_token_active", "machine_token_viewable", "created_at",
+        "updated_at"], "properties": {
+        "id": IDENT, "github_login": {"type": "string", "description": "only when set"},
+        "status": {"enum": ["pending", "active", "suspended"]},
+        "roles": {"type": "array", "items": {"enum": ["admin", "worker"]}},
+        "machine_token_active": {"type": "boolean"}, "machine_token_viewable": {"type": "boolean"},
+        "created_at": TS, "updated_at": TS}},
+    "AdminMachineToken": {"type": "object", "additionalProperties": False,
+                          "required": ["user_id", "token"], "properties": {
+                              "user_id": IDENT, "token": {"type": "string", "minLength": 1}}},
     "User": {"type": "object", "properties": {
         "user_id": IDENT, "status": {"enum": ["active", "pending", "suspended"]},
         "roles": {"type": "array", "items": {"enum": ["admin", "worker", "reader"]}},
@@ -213,19 +224,31 @@ PATHS = {
     },
     f"{ADMIN_P}/jobs/{{job_id}}/requeue": {"post": _op("Requeue a failed or exhausted job",
                                                        params=PJ, ok=_ref("Job"))},
-    "/api/v1/admin/users": {"get": _op("List users", ok={"type": "object", "properties": {
-        "users": {"type": "array", "items": _ref("User")}}})},
+    "/api/v1/admin/users": {"get": _op("List users and their token state", ok={
+        "type": "object", "additionalProperties": False, "required": ["users"],
+        "properties": {"users": {"type": "array", "items": _ref("AdminUserSummary")}}})},
     "/api/v1/admin/users/{user_id}": {
-        "put": _op("Create or change a user", params=U, ok=_ref("User"), body=_body({
-            "roles": {"type": "array", "items": {"enum": ["admin", "worker", "reader"]}},
-            "status": {"enum": ["active", "pending", "suspended"]}}, ["roles"])),
-        "delete": _op("Delete a user", params=U, ok_code="204"),
+        "put": _op("Create or update a user (FleetHQ's reader role is left as it is)", params=U,
+                   ok_code="204", body=_body({
+                       "status": {"enum": ["pending", "active", "suspended"]},
+                       "roles": {"type": "array", "uniqueItems": True,
+                                 "items": {"enum": ["admin", "worker"]}}}, ["status", "roles"])),
+        "delete": _op("Delete a user, with its token and sessions", params=U, ok_code="204"),
+    },
+    "/api/v1/fleethq/users/{user_id}": {
+        "put": _op("Create or update a user, roles including reader (201 when created)",
+                   params=U, ok=_ref("User"), body=_body({
+                       "status": {"enum": ["pending", "active", "suspended"]},
+                       "roles": {"type": "array", "uniqueItems": True,
+                                 "items": {"enum": ["admin", "worker", "reader"]}}},
+                       ["status", "roles"])),
     },
     "/api/v1/admin/users/{user_id}/machine-token": {
-        "post": _op("Rotate: a new token, shown once", params=U, ok={"type": "object", "properties": {
-            "user_id": IDENT, "token": {"type": "string"}}}),
-        "get": _op("Token metadata (never the token)", params=U, ok={"type": "object"}),
-        "delete": _op("Revoke the token", params=U, ok_code="204"),
+        "get": _op("The current token again (404 when none or not viewable)", params=U,
+                   ok=_ref("AdminMachineToken")),
+        "post": _op("Rotate: a new fhq_ token", params=U, ok_code="201",
+                    ok=_ref("AdminMachineToken")),
+        "delete": _op("Revoke the token (404 when there is none)", params=U, ok_code="204"),
     },
     "/api/v1/openapi.json": {"get": {"summary": "This document", "responses": {"200": {
         "description": "OpenAPI 3.1"}}}},

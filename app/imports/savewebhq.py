@@ -44,12 +44,6 @@ _STAGE_OF = {"users": "sw_users", "machine_tokens": "sw_tokens", "projects": "sw
              "jobs": "sw_jobs", "worker_users": "sw_workers"}
 
 
-def _install_token():
-    """``app.accounts.service.install_token`` when this build has it."""
-    from app.accounts import service
-    return getattr(service, "install_token", None)
-
-
 def _describe(url: str) -> str:
     try:
         info = conninfo_to_dict(url)
@@ -107,17 +101,14 @@ def _write(tgt, totals, batch: int, say) -> list[str]:
 def _seal_tokens(user_ids: list[str], tokens: dict[str, str], say) -> tuple[int, list[str]]:
     """Make newly imported clear-text tokens viewable again, after the commit
     (the accounts service commits on its own)."""
-    install = _install_token()
+    from app.accounts.service import install_token
     wanted = [u for u in user_ids if u in tokens]
     if not wanted:
         return 0, []
-    if install is None:
-        return 0, [f"{len(wanted)} machine tokens were installed by digest only: this FleetHQ "
-                   "cannot keep tokens viewable"]
     sealed, problems = 0, []
     for user_id in wanted:
         try:
-            install(user_id, tokens[user_id])
+            install_token(user_id, tokens[user_id])
             sealed += 1
         except Exception as exc:  # the digest is in place; only viewing is lost
             db.session.rollback()

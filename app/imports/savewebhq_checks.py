@@ -133,5 +133,5 @@ def warnings(tgt: psycopg.Connection, tokens_plain_mismatch: int) -> list[str]:
     legacy = tgt.execute("SELECT count(*) FROM sw_tokens WHERE NOT revoked AND NOT viewable").fetchone()[0]
     if legacy:
         out.append(f"{legacy} machine tokens are known only by their SavewebHQ digest: they "
-                   "authenticate only where FleetHQ accepts SavewebHQ digests, and are not viewable")
+                   "authenticate, and become viewable on their first use")
     return out

@@ -10,7 +10,6 @@ tables vanish with the target transaction (``ON COMMIT DROP``).
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import psycopg
@@ -19,10 +18,6 @@ from psycopg import sql
 from app.accounts import tokens as fleet_tokens
 from app.errors import InvalidRequest
 
-# SavewebHQ stores SHA-256 of this prefix and the token, not of the token alone.
-SAVEWEBHQ_TOKEN_DIGEST_PREFIX = b"saveweb-machine-token-v1\x00"
-# FleetHQ's lookup key for a token known only by its SavewebHQ digest.
-LEGACY_DIGEST_TAG = "savewebhq-v1:"
 
 REQUIRED_COLUMNS = {
     "tracker_users": ("id", "status", "roles", "github_login", "created_at", "updated_at"),
@@ -154,7 +149,7 @@ def stage_tokens(src: psycopg.Connection, tgt: psycopg.Connection) -> int:
 
     A token whose clear text SavewebHQ kept (and which matches its digest) gets
     FleetHQ's own digest and stays viewable; one known only by its SavewebHQ
-    digest keeps that digest under ``LEGACY_DIGEST_TAG``. Returns how many
+    digest keeps that digest, tagged (``accounts.tokens.savewebhq_key_of``). Returns how many
     clear-text tokens did not match their digest (carried by the digest).
     """
     rows = src.execute(
@@ -164,22 +159,11 @@ def stage_tokens(src: psycopg.Connection, tgt: psycopg.Connection) -> int:
     with tgt.cursor() as cur, cur.copy("COPY sw_tokens (user_id, token_hash, token, viewable, "
                                        "revoked, created_at) FROM STDIN") as copy:
         for user_id, saveweb_digest, token, revoked, created_at in rows:
-            viewable = token is not None and hashlib.sha256(
-                SAVEWEBHQ_TOKEN_DIGEST_PREFIX + token.encode("utf-8")).digest() == bytes(saveweb_digest)
+            viewable = token is not None and fleet_tokens.savewebhq_digest(token) == bytes(saveweb_digest)
             mismatched += token is not None and not viewable
-            key = fleet_tokens.digest(token) if viewable else legacy_digest_key(bytes(saveweb_digest))
+            key = fleet_tokens.digest(token) if viewable else fleet_tokens.savewebhq_key_of(bytes(saveweb_digest))
             copy.write_row((user_id, key, token if viewable else None, viewable, revoked, created_at))
     return mismatched
-
-
-def legacy_digest_key(saveweb_digest: bytes) -> str:
-    return LEGACY_DIGEST_TAG + saveweb_digest.hex()
-
-
-def legacy_token_key(token: str) -> str:
-    """The ``machine_tokens.token_hash`` under which a token imported only by
-    its SavewebHQ digest is stored: what a lookup must compute to accept it."""
-    return legacy_digest_key(hashlib.sha256(SAVEWEBHQ_TOKEN_DIGEST_PREFIX + token.encode("utf-8")).digest())
 
 
 def job_ranges(totals: SourceTotals, batch: int):

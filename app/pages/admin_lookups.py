@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
+from app.accounts import service as accounts
 from app.errors import NotFound
 from app.extensions import db
 from app.hooks import deliveries
@@ -89,6 +90,7 @@ def users_overview(limit: int = 500) -> list[dict]:
     rows = db.session.execute(text(
         "SELECT u.id, u.status, u.roles, u.github_login, u.created_at, "
         "t.created_at AS token_created_at, t.last_used_at AS token_last_used_at, "
+        "t.token_hash, t.sealed, "
         "(SELECT count(*) FROM page_sessions s WHERE s.user_id = u.id AND s.expires_at > now()) "
         "AS sessions "
         "FROM users u LEFT JOIN machine_tokens t ON t.user_id = u.id ORDER BY u.id LIMIT :n"),
@@ -100,6 +102,7 @@ def users_overview(limit: int = 500) -> list[dict]:
     return [{"user_id": r["id"], "status": r["status"], "roles": list(r["roles"]),
              "github_login": r["github_login"], "created_at": ts(r["created_at"]),
              "token": {"exists": r["token_created_at"] is not None,
+                       "viewable": accounts.viewable(r["id"], r["token_hash"], r["sealed"]),
                        "created_at": ts(r["token_created_at"]),
                        "last_used_at": ts(r["token_last_used_at"])},
              "sessions": int(r["sessions"])} for r in rows]

@@ -1,5 +1,5 @@
 """``/admin/users``: status (activate pending users), roles, machine tokens
-(rotate: shown once; revoke) and open browser sessions (sign out everywhere)."""
+(view again, rotate, revoke) and open browser sessions (sign out everywhere)."""
 from __future__ import annotations
 
 from flask import render_template, request
@@ -75,7 +75,21 @@ def rotate_token(user_id):
         token = accounts.rotate_token(user_id)
     except NotFound as exc:
         return refuse(exc.message, "admin.users")
-    return shown_once("admin/token.html", user_id=user_id, token=token)
+    return shown_once("admin/token.html", user_id=user_id, token=token, rotated=True,
+                      viewable=accounts.view_token(user_id) is not None)
+
+
+@bp.post("/users/<user_id>/token/view")
+def view_token(user_id):
+    """The current token again, behind a POST (CSRF-checked, never cached) so
+    that the users page itself never carries a token."""
+    token = accounts.view_token(user_id)
+    if token is None:
+        return refuse(f"The machine token of {user_id} cannot be shown: there is none, tokens "
+                      "are not kept viewable, or it was sealed under another secret key. "
+                      "Rotate it to get a new one.", "admin.users")
+    return shown_once("admin/token.html", user_id=user_id, token=token, rotated=False,
+                      viewable=True)
 
 
 @bp.post("/users/<user_id>/token/revoke")

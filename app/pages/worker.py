@@ -1,8 +1,9 @@
 """``/worker``: an active user's own page — the worker ids their machine
-token has run as, and the token itself (generate/rotate, revoke).
+token has run as, and the token itself (view again, generate/rotate, revoke).
 
-A new token is rendered in the POST response itself, with ``no-store``: a
-redirect would need it in the (signed, readable) cookie or the database.
+A token is rendered only in the response to a POST (rotate, or "View
+token"), with ``no-store``: a redirect would need it in the (signed,
+readable) cookie, and a GET would put it in every visit to the page.
 """
 from __future__ import annotations
 
@@ -58,15 +59,15 @@ def own_workers(user_id: str) -> list[dict]:
 
 def _token_view(user_id: str) -> dict:
     meta = accounts.token_metadata(user_id)
-    return {"exists": meta["exists"], "created_at": _stamp(meta["created_at"]),
-            "last_used_at": _stamp(meta["last_used_at"])}
+    return {"exists": meta["exists"], "viewable": meta["viewable"],
+            "created_at": _stamp(meta["created_at"]), "last_used_at": _stamp(meta["last_used_at"])}
 
 
-def _page(new_token: str | None = None):
+def _page(shown_token: str | None = None, rotated: bool = False):
     uid = current_user.id
     return render_template("worker/index.html", workers=own_workers(uid), token=_token_view(uid),
-                           new_token=new_token, max_workers=MAX_WORKERS_SHOWN,
-                           master_url=_master_url())
+                           shown_token=shown_token, rotated=rotated,
+                           max_workers=MAX_WORKERS_SHOWN, master_url=_master_url())
 
 
 def _master_url() -> str:
@@ -92,7 +93,19 @@ def workers_fragment():
 @login_required_active
 def rotate_token():
     secret = accounts.rotate_token(current_user.id)
-    return _page(new_token=secret)
+    return _page(shown_token=secret, rotated=True)
+
+
+@bp.post("/token/view")
+@login_required_active
+def view_token():
+    """The current token again (D20), behind a CSRF-checked POST so that the
+    page itself never carries it."""
+    token = accounts.view_token(current_user.id)
+    if token is None:
+        flash("Your machine token cannot be shown again: rotate it to get a new one.", "error")
+        return redirect(url_for("worker_pages.index"), 303)
+    return _page(shown_token=token)
 
 
 @bp.post("/token/revoke")
