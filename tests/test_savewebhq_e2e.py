@@ -134,7 +134,11 @@ def master_env(app, database_url, redis_url, tmp_path):
     """The environment of FleetHQ's master commands on the test database."""
     env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
     env.update({"DATABASE_URL": database_url, "REDIS_URL": redis_url, "FLEETHQ_LOG_JSON": "false",
-                "FLEETHQ_DATA_DIR": str(tmp_path / "var")})
+                "FLEETHQ_DATA_DIR": str(tmp_path / "var"),
+                # A deployed master has its key (docs/operations.md): machine
+                # tokens are sealed with it, which is what lets GET …/machine-token
+                # show a token again (check C15).
+                "FLEETHQ_SECRET_KEY": "e2e-secret-key-0123456789abcdef0123456789abcdef"})
     return env
 
 
