@@ -177,7 +177,7 @@ def test_create_project_then_patch_policy_and_status(pages, api):
                                                   "identity_mode": "unique_value",
                                                   "client_versions": "v1\nv2"})
     assert "created" in message and "Project papers" in page
-    summary = api.call("GET", "/api/v1/admin/projects/papers").json
+    summary = api.call("GET", "/api/v1/fleethq/projects/papers").json
     assert (summary["kind"], summary["identity_mode"], summary["client_versions"]) == (
         "pdf", "unique_value", ["v1", "v2"])
     assert summary["max_in_flight"] == 6  # pdf defaults
@@ -192,7 +192,7 @@ def test_create_project_then_patch_policy_and_status(pages, api):
             "client_versions": "v3"}
     message, _ = pages.act("/admin/projects/papers/policy", form)
     assert "version 2" in message
-    after = api.call("GET", "/api/v1/admin/projects/papers").json
+    after = api.call("GET", "/api/v1/fleethq/projects/papers").json
     assert after["claim_order"] == "random" and after["dispatch_qps"] == 2.5
     assert after["max_in_flight"] is None and after["prefer_new_worker"] is False
     assert after["client_versions"] == ["v3"] and after["max_worker_in_flight"] == 3

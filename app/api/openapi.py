@@ -196,8 +196,6 @@ PATHS = {
         "get": _op("Project summary", params=P, ok=_ref("ProjectSummary")),
         "put": _op("Create or replace a project", params=P, ok=_ref("ProjectSummary"),
                    body={"required": True, **_json(_ref("ProjectPolicyInput"))}),
-        "patch": _op("Change some policy fields", params=P, ok=_ref("ProjectSummary"),
-                     body={"required": True, **_json(_ref("ProjectPolicyInput"))}),
         "delete": _op("Delete a project without jobs in flight", params=P, ok_code="204"),
     },
     f"{ADMIN_P}/jobs": {
@@ -329,6 +327,37 @@ PATHS = {
         _query("expires", {"type": "integer"}), _query("sig", {"type": "string"})],
         "responses": {"200": {"description": "the PDF"}, **ERRORS}}},
 }
+
+
+# FleetHQ's own admin routes: the full project and job views (kind, pdf
+# policy, staged counts, attempt history) beside the contract's admin routes.
+FLEETHQ_P = "/api/v1/fleethq/projects/{project_id}"
+PATHS.update({
+    "/api/v1/fleethq/projects": {"get": _op("List projects (FleetHQ view)", ok={
+        "type": "object", "properties": {"projects": {"type": "array",
+                                                      "items": _ref("ProjectSummary")}}})},
+    FLEETHQ_P: {
+        "get": _op("Project (FleetHQ view)", params=P, ok=_ref("ProjectSummary")),
+        "put": {**_op("Create (201, with kind) or replace a project's policy", params=P,
+                      ok=_ref("ProjectSummary"),
+                      body={"required": True, **_json(_ref("ProjectPolicyInput"))}),
+                "responses": {"200": {"description": "replaced", **_json(_ref("ProjectSummary"))},
+                              "201": {"description": "created", **_json(_ref("ProjectSummary"))},
+                              **ERRORS}},
+        "patch": _op("Change some policy fields", params=P, ok=_ref("ProjectSummary"),
+                     body={"required": True, **_json(_ref("ProjectPolicyInput"))}),
+    },
+    f"{FLEETHQ_P}/jobs": {"get": _op("List jobs, every state (FleetHQ view, cursor paging)",
+                                     params=P + [
+        _query("status", {"enum": ["todo", "wip", "staged", "done", "failed", "reset_exhausted"]}),
+        _query("after_job_id", {"type": "integer", "minimum": 0}),
+        _query("limit", {"type": "integer", "minimum": 1, "maximum": 200, "default": 100})],
+        ok={"type": "object", "properties": {
+            "jobs": {"type": "array", "items": _ref("Job")},
+            "next_after_job_id": {"type": ["integer", "null"]}}})},
+    f"{FLEETHQ_P}/jobs/{{job_id}}": {"get": _op("Job with attempt history (FleetHQ view)",
+                                                params=PJ, ok=_ref("Job"))},
+})
 
 
 def document() -> dict:

@@ -37,9 +37,10 @@ def _project_of(raw_job_id):
 def requeue_job(job_id):
     def run():
         project_id, jid = _project_of(job_id)
-        return jobs_admin.requeue(project_id, jid)
+        jobs_admin.requeue(project_id, jid)
+        return jid
 
-    return attempt(run, lambda j: f"Job {j['job_id']} is back in the queue.", "admin.job",
+    return attempt(run, lambda jid: f"Job {jid} is back in the queue.", "admin.job",
                    job_id=job_id)
 
 

@@ -1,0 +1,15 @@
+"""How the SavewebHQ v1 operations read a JSON body: up to 8 MiB, and a
+wrong content type or an oversized body is ``400 invalid_request``, as
+SavewebHQ answers them (FleetHQ's own routes keep 413 and 415)."""
+from __future__ import annotations
+
+from app.api import validate as v
+from app.api.auth import body_limit
+from app.errors import InvalidRequest, TooLarge, UnsupportedMediaType
+
+
+def json_body() -> dict:
+    try:
+        return v.json_body(body_limit("api"))
+    except (TooLarge, UnsupportedMediaType) as exc:
+        raise InvalidRequest(exc.message, details=exc.details) from None
