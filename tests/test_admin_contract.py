@@ -523,19 +523,20 @@ def test_delete_job_answers_204_and_refuses_jobs_in_flight(api, app):
         response = api.call("DELETE", f"{ADMIN}/p/jobs/{job_id}")
         assert response.status_code == 204 and response.data == b""
         _error(api.call("GET", f"{ADMIN}/p/jobs/{job_id}"), 404, "not_found")
-        _error(api.call("DELETE", f"{ADMIN}/p/jobs/{job_id}"), 404, "not_found")
+        _error(api.call("DELETE", f"{ADMIN}/p/jobs/{job_id}"), 400, "invalid_request")
     assert _summary(api, "p")["job_counts"] == {**ZERO, "wip": 2}
 
 
-def test_requeue_and_delete_of_unknown_jobs_are_404(api):
+def test_requeue_and_delete_of_unknown_jobs_are_400(api):
+    """As SavewebHQ: a job it cannot requeue or delete is an invalid request."""
     api.put_project("p")
     api.put_project("q", max_resets=0)
     api.enqueue("q", values(1))
     (other,) = body(api.claim("q"))["jobs"]
     _fail(api, "q", other, False, {"code": "x", "message": "y"})
     for job_id in ("424242", other["job_id"]):
-        _error(api.call("POST", f"{ADMIN}/p/jobs/{job_id}/requeue"), 404, "not_found")
-        _error(api.call("DELETE", f"{ADMIN}/p/jobs/{job_id}"), 404, "not_found")
+        _error(api.call("POST", f"{ADMIN}/p/jobs/{job_id}/requeue"), 400, "invalid_request")
+        _error(api.call("DELETE", f"{ADMIN}/p/jobs/{job_id}"), 400, "invalid_request")
     assert _job(api, "q", other["job_id"])["status"] == "failed"
 
 

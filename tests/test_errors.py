@@ -187,11 +187,13 @@ def test_unknown_project_is_404(api):
         assert err["details"].get("project_id") == "nope"
 
 
-def test_unknown_job_is_404(api):
-    for method, path in [("GET", "/api/v1/admin/projects/p/jobs/123456"),
-                         ("POST", "/api/v1/admin/projects/p/jobs/123456/requeue"),
+def test_unknown_job_is_404_to_read_and_400_to_change(api):
+    """As SavewebHQ: reading an unknown job is not_found; requeue and delete
+    of a job it cannot find are invalid requests."""
+    _error(api.call("GET", "/api/v1/admin/projects/p/jobs/123456"), 404, "not_found")
+    for method, path in [("POST", "/api/v1/admin/projects/p/jobs/123456/requeue"),
                          ("DELETE", "/api/v1/admin/projects/p/jobs/123456")]:
-        _error(api.call(method, path), 404, "not_found")
+        _error(api.call(method, path), 400, "invalid_request")
 
 
 def test_unknown_api_route_and_user_are_404(api):
@@ -273,6 +275,8 @@ BAD_CLAIMS = {
     "accept_types-17": ({**GOOD_CLAIM, "accept_types": ["seed"] * 17}, "accept_types"),
     "policy_version-string": ({**GOOD_CLAIM, "policy_version": "1"}, "policy_version"),
     "policy_version-bool": ({**GOOD_CLAIM, "policy_version": True}, "policy_version"),
+    "policy_version-0": ({**GOOD_CLAIM, "policy_version": 0}, "policy_version"),
+    "policy_version-null": ({**GOOD_CLAIM, "policy_version": None}, "policy_version"),
 }
 
 
@@ -288,7 +292,7 @@ def test_invalid_claim_is_400_with_the_field(api, case):
 def test_claim_edges_are_accepted(api):
     api.enqueue("p", values(2))
     for payload in ({**GOOD_CLAIM, "max_jobs": 256, "lease_seconds": 3600, "wait_ms": 0},
-                    {**GOOD_CLAIM, "lease_seconds": 1, "policy_version": None,
+                    {**GOOD_CLAIM, "lease_seconds": 1, "policy_version": 1,
                      "accept_types": ["asset", "seed"]}):
         response = api.call("POST", CLAIM_PATH, payload)
         assert response.status_code == 200, body(response)

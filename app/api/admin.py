@@ -6,13 +6,15 @@ FleetHQ's fuller views of the same projects and jobs are in ``fleethq_admin``.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from flask import current_app, jsonify, request
 
 from app.api import bp, contract
 from app.api import admin_params as params
 from app.api import validate as v
 from app.api.auth import require
-from app.errors import InvalidJob, InvalidRequest, TooLarge, UnsupportedMediaType
+from app.errors import InvalidJob, InvalidRequest, NotFound, TooLarge, UnsupportedMediaType
 from app.projects import enqueue, jobs_admin, service, source_import
 from workers.protocol import SpecError, normalize_jobspec
 from workers.source import Limits
@@ -111,12 +113,24 @@ def show_job(project_id, job_id):
 @bp.post("/admin/projects/<project_id>/jobs/<job_id>/requeue")
 def requeue_job(project_id, job_id):
     require("admin")
-    jobs_admin.requeue(project_id, params.job_id(job_id))
+    with _unknown_job_is_invalid():
+        jobs_admin.requeue(project_id, params.job_id(job_id))
     return "", 204
 
 
 @bp.delete("/admin/projects/<project_id>/jobs/<job_id>")
 def delete_job(project_id, job_id):
     require("admin")
-    jobs_admin.delete(project_id, params.job_id(job_id))
+    with _unknown_job_is_invalid():
+        jobs_admin.delete(project_id, params.job_id(job_id))
     return "", 204
+
+
+@contextmanager
+def _unknown_job_is_invalid():
+    """SavewebHQ answers requeue and delete of a job it cannot find (or of an
+    unknown project) as 400 invalid_request, like a job in the wrong state."""
+    try:
+        yield
+    except NotFound as exc:
+        raise InvalidRequest(exc.message, details=exc.details) from None

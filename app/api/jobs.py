@@ -36,7 +36,8 @@ CLAIM = {
     # Empty, omitted or null: every type (SavewebHQ's Python SDK sends [],
     # its Go SDK null).
     "accept_types": v.Optional(_nullable(v.list_of(v.one_of(*JOB_TYPES), 0, 16))),
-    "policy_version": v.Optional(v.int_range(0, 2**63 - 1, nullable=True)),
+    # SavewebHQ requires it (≥ 1); FleetHQ also takes a claim without it.
+    "policy_version": v.Optional(v.int_range(1, 2**63 - 1)),
     "wait_ms": v.Optional(v.int_range(0, 30_000)),
 }
 
