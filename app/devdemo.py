@@ -36,7 +36,7 @@ def api(base: str, token: str, method: str, path: str, body=None) -> dict:
 
 
 def demo(base: str, token: str) -> None:
-    api(base, token, "PUT", f"/api/v1/admin/projects/{DEMO_PROJECT}",
+    api(base, token, "PUT", f"/api/v1/fleethq/projects/{DEMO_PROJECT}",
         {"kind": "generic", "identity_mode": "external_id"})
     jobs = [{"id": f"demo-{i:04d}", "value": f"https://example.org/items/{i}"} for i in range(DEMO_JOBS)]
     # Same ids and values on every run: re-enqueueing is idempotent (DESIGN §4.3).
@@ -124,7 +124,7 @@ def start_worker(stack: Stack, base: str, env: dict, publisher) -> None:
 
 def pdf_demo(stack: Stack, base: str, token: str, env: dict) -> None:
     publisher = start_publisher(stack)
-    api(base, token, "PUT", f"/api/v1/admin/projects/{PDF_PROJECT}", {
+    api(base, token, "PUT", f"/api/v1/fleethq/projects/{PDF_PROJECT}", {
         "kind": "pdf", "identity_mode": "unique_value", "client_versions": [WORKER_VERSION],
         "max_in_flight": 16, "max_worker_in_flight": 8, "retry_backoff_seconds": 2, "max_resets": 1})
     values = demo_papers()
@@ -142,7 +142,7 @@ def watch_progress(stack: Stack, base: str, token: str) -> dict:
     tty, last, shown = sys.stdout.isatty(), None, 0.0
     while True:
         stack.check_children()
-        counts = api(base, token, "GET", f"/api/v1/admin/projects/{PDF_PROJECT}")["job_counts"]
+        counts = api(base, token, "GET", f"/api/v1/fleethq/projects/{PDF_PROJECT}")["job_counts"]
         total = sum(counts.values())
         failed = counts["failed"] + counts["reset_exhausted"]
         settled = counts["done"] + failed
@@ -171,7 +171,8 @@ def summary(base: str, token: str, database_url: str, counts: dict) -> str:
     from app.config import libpq_url, sqlalchemy_url
     by_code: dict[str, int] = {}
     for status in ("failed", "reset_exhausted"):
-        page = api(base, token, "GET", f"/api/v1/admin/projects/{PDF_PROJECT}/jobs?status={status}&limit=200")
+        page = api(base, token, "GET",
+                   f"/api/v1/fleethq/projects/{PDF_PROJECT}/jobs?status={status}&limit=200")
         for job in page["jobs"]:
             code = (job.get("last_error") or {}).get("code", "unknown")
             by_code[code] = by_code.get(code, 0) + 1

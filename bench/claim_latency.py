@@ -30,7 +30,7 @@ def main():
     token = admin_token(url)
     with gunicorn(url, workers=2, threads=8) as (base, _):
         admin = api(base, token)
-        admin.put(f"{base}/api/v1/admin/projects/lat", json={
+        admin.put(f"{base}/api/v1/fleethq/projects/lat", json={
             "identity_mode": "none", "client_versions": [VERSION]}).raise_for_status()
         arrivals: queue.Queue = queue.Queue()
         stop = threading.Event()

@@ -19,7 +19,7 @@ from app.projects import leasing
 
 
 def fill(session, base, project, jobs):
-    session.put(f"{base}/api/v1/admin/projects/{project}", json={
+    session.put(f"{base}/api/v1/fleethq/projects/{project}", json={
         "kind": "generic", "identity_mode": "none", "client_versions": [VERSION]}).raise_for_status()
     for start in range(0, jobs, 10_000):
         batch = [{"value": f"https://example.org/{i}"} for i in range(start, min(jobs, start + 10_000))]

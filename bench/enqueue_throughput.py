@@ -79,7 +79,7 @@ def main():
         with gunicorn(url, workers=1, threads=2) as (base, proc):
             session = requests.Session()
             session.headers["Authorization"] = f"Bearer {token}"
-            session.put(f"{base}/api/v1/admin/projects/imported",
+            session.put(f"{base}/api/v1/fleethq/projects/imported",
                         json={"identity_mode": "external_id"}).raise_for_status()
             sampler = RssSampler(proc.pid)
             sampler.start()

@@ -176,7 +176,7 @@ class Bench:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def project(self, name: str, values: list[str]) -> None:
-        self.admin.put(f"{self.master.base}/api/v1/admin/projects/{name}", json={
+        self.admin.put(f"{self.master.base}/api/v1/fleethq/projects/{name}", json={
             "kind": "pdf", "identity_mode": "unique_value", "client_versions": [VERSION],
             "max_in_flight": 64, "max_worker_in_flight": 64}).raise_for_status()
         for i in range(0, len(values), 500):
@@ -184,7 +184,7 @@ class Bench:
                 "jobs": [{"value": v} for v in values[i:i + 500]]}).raise_for_status()
 
     def counts(self, name: str) -> dict:
-        response = self.admin.get(f"{self.master.base}/api/v1/admin/projects/{name}")
+        response = self.admin.get(f"{self.master.base}/api/v1/fleethq/projects/{name}")
         response.raise_for_status()
         return response.json()["job_counts"]
 

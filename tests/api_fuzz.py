@@ -62,18 +62,15 @@ def seed_master(base: str, token: str) -> None:
     session.headers.update({"Authorization": f"Bearer {token}", "X-Client-Version": VERSION})
     for project_id, (policy, jobs) in PROJECTS.items():
         body = {**policy, "client_versions": [VERSION]}
-        answer = session.put(f"{base}/api/v1/admin/projects/{project_id}", json=body, timeout=30)
-        if answer.status_code == 400 and "kind" in policy:  # FleetHQ's extras, own route
-            answer = session.put(f"{base}/api/v1/fleethq/projects/{project_id}", json=body,
-                                 timeout=30)
-        answer.raise_for_status()
+        session.put(f"{base}/api/v1/fleethq/projects/{project_id}", json=body,
+                    timeout=30).raise_for_status()
         session.post(f"{base}/api/v1/admin/projects/{project_id}/jobs", json={"jobs": jobs},
                      timeout=60).raise_for_status()
     session.post(f"{base}/api/v1/admin/projects/fz-none/hooks",
                  json={"name": "sink", "url": "http://127.0.0.1:9/hook", "enabled": False},
                  timeout=30).raise_for_status()
-    session.put(f"{base}/api/v1/admin/users/fz-worker", json={"status": "active", "roles": ["worker"]},
-                timeout=30).raise_for_status()
+    session.put(f"{base}/api/v1/admin/users/fz-worker",
+                json={"status": "active", "roles": ["worker"]}, timeout=30).raise_for_status()
     # One claimed batch, so outcomes and lease renewals have live attempts to find.
     session.post(f"{base}/api/v1/projects/fz-none/jobs/claim", timeout=30, json={
         "worker_id": "fz-w1", "max_jobs": 20, "lease_seconds": 3600}).raise_for_status()

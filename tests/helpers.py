@@ -22,8 +22,10 @@ class Api:
         return fn(path, json=body, headers=headers, **kw)
 
     def put_project(self, project_id: str, **fields):
+        """Create or replace a project through FleetHQ's own route, which
+        takes every FleetHQ policy field (``kind``, in-flight caps, …)."""
         fields.setdefault("client_versions", [VERSION])
-        response = self.call("PUT", f"/api/v1/admin/projects/{project_id}", fields)
+        response = self.call("PUT", f"/api/v1/fleethq/projects/{project_id}", fields)
         assert response.status_code in (200, 201), _json(response)
         return _json(response)
 
@@ -53,7 +55,8 @@ class Api:
                          {"worker_id": worker_id, "extend_seconds": seconds, "items": items})
 
     def counts(self, project_id: str) -> dict:
-        return _json(self.call("GET", f"/api/v1/admin/projects/{project_id}"))["job_counts"]
+        """All six job states, ``staged`` included (FleetHQ's project view)."""
+        return _json(self.call("GET", f"/api/v1/fleethq/projects/{project_id}"))["job_counts"]
 
 
 def _json(response):

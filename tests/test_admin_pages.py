@@ -177,7 +177,7 @@ def test_create_project_then_patch_policy_and_status(pages, api):
                                                   "identity_mode": "unique_value",
                                                   "client_versions": "v1\nv2"})
     assert "created" in message and "Project papers" in page
-    summary = api.call("GET", "/api/v1/admin/projects/papers").json
+    summary = api.call("GET", "/api/v1/fleethq/projects/papers").json
     assert (summary["kind"], summary["identity_mode"], summary["client_versions"]) == (
         "pdf", "unique_value", ["v1", "v2"])
     assert summary["max_in_flight"] == 6  # pdf defaults
@@ -192,7 +192,7 @@ def test_create_project_then_patch_policy_and_status(pages, api):
             "client_versions": "v3"}
     message, _ = pages.act("/admin/projects/papers/policy", form)
     assert "version 2" in message
-    after = api.call("GET", "/api/v1/admin/projects/papers").json
+    after = api.call("GET", "/api/v1/fleethq/projects/papers").json
     assert after["claim_order"] == "random" and after["dispatch_qps"] == 2.5
     assert after["max_in_flight"] is None and after["prefer_new_worker"] is False
     assert after["client_versions"] == ["v3"] and after["max_worker_in_flight"] == 3
@@ -375,7 +375,7 @@ def test_job_detail_requeue_and_delete(pages, api, app, client):
     # Bulk: every failed/exhausted job on the page.
     page = pages.text("/admin/projects/jobs?status=reset_exhausted")
     page_ids = re.findall(r'name="page_job_id" value="(\d+)"', page)
-    assert page_ids == [exhausted_id]
+    assert page_ids == [str(exhausted_id)]
     message, _ = pages.act("/admin/projects/jobs/jobs/bulk",
                            {"action": "requeue_page", "page_job_id": page_ids,
                             "back_status": "reset_exhausted"})
@@ -583,3 +583,28 @@ def test_worker_id_search_finds_its_user(pages, api, make_user):
     assert "k3x9q2a" in owners and "volunteer-7" in owners
     none = pages.text("/admin/workers?worker_id=nobody-uses-this")
     assert 'id="worker-owners-none"' in none and 'id="worker-owners"' not in none
+
+
+def test_job_page_shows_artifact_receipts_completion_and_links_the_worker(pages, api):
+    """SavewebHQ's job page rows: attempt id, completed time, artifact
+    receipts, and the worker linked to the worker-id search."""
+    api.put_project("rc")
+    api.enqueue("rc", [{"id": "a", "value": "https://example.org/a"},
+                       {"id": "b", "value": "https://example.org/b"}])
+    done, running = body(api.claim("rc", worker_id="q7w8e9r", max_jobs=2))["jobs"]
+    receipt = {"id": "warc-1", "issuer": "receiver.example", "object_id": "s3://warcs/1.warc.gz",
+               "checksum": "sha256:" + "cd" * 32, "size_bytes": 4096, "accepted_at": 1_700_000_000}
+    response = api.call("POST", "/api/v1/projects/rc/jobs/complete", {"worker_id": "q7w8e9r", "items": [
+        {"job_id": done["job_id"], "attempt_id": done["attempt_id"], "outcome": {"kind": "success"},
+         "artifact_receipts": [receipt]}]})
+    assert body(response)["results"][0]["status"] == "applied"
+
+    page = pages.text(f"/admin/jobs/{done['job_id']}")
+    receipts = page.split('id="artifact-receipts"', 1)[1].split("</section>", 1)[0]
+    assert "warc-1" in receipts and "s3://warcs/1.warc.gz" in receipts and "cd" * 32 in receipts
+    assert "<th>completed</th><td>" in page and "<th>completed</th><td></td>" not in page
+
+    page = pages.text(f"/admin/jobs/{running['job_id']}")
+    assert f"<code>{running['attempt_id']}</code>" in page
+    assert 'href="/admin/workers?worker_id=q7w8e9r#worker-search" id="job-worker"' in page
+    assert "No artifact receipts" in page

@@ -1,6 +1,6 @@
 """Enqueue (DESIGN §4.2, §4.3) and the admin job routes (§6): identity modes,
 idempotency, conflicts, JobSpec limits, claim order, paging, detail,
-requeue and delete."""
+requeue and delete. The exact AdminJob shape is checked in test_admin_contract.py."""
 from __future__ import annotations
 
 import pytest
@@ -27,7 +27,7 @@ def _error(response, status: int, code: str) -> dict:
     assert err["code"] == code
     assert isinstance(err["message"], str) and err["message"]
     assert err["retryable"] is False
-    assert err["retry_after_ms"] is None
+    assert err["retry_after_ms"] == 0
     assert isinstance(err["details"], dict)
     return err
 
@@ -173,12 +173,34 @@ def test_in_batch_identical_duplicates_collapse(api, mode):
     api.put_project("p", identity_mode=mode)
     spec = _spec(mode, attr={"a": 1}, hops=0)
     _enqueued(api.enqueue("p", [spec, dict(spec)]), 2, 1, "p")
-    # A differing random_key is not part of the identity.
-    other = _spec(mode, value="https://example.org/y", **({"id": "job-2"} if mode == "external_id" else {}))
-    _enqueued(api.enqueue("p", [{**other, "random_key": 1}, {**other, "random_key": 2}]), 2, 1, "p")
-    stored = [j for j in _all_jobs(api, "p") if j["value"] == "https://example.org/y"]
-    assert [j["random_key"] for j in stored] == [1]  # the later duplicate changes nothing
-    assert api.counts("p") == {**ZERO, "todo": 2}
+    assert api.counts("p") == {**ZERO, "todo": 1}
+
+
+def _other(mode: str, n: int) -> dict:
+    return _spec(mode, value=f"https://example.org/y{n}",
+                 **({"id": f"job-y{n}"} if mode == "external_id" else {}))
+
+
+@pytest.mark.parametrize("mode", ["external_id", "unique_value"])
+def test_in_batch_duplicates_with_different_random_keys_are_a_conflict(api, mode):
+    """A5: one batch may not name two random keys for one job."""
+    api.put_project("p", identity_mode=mode)
+    other = _other(mode, 1)
+    batch = [_other(mode, 0), {**other, "random_key": 1}, {**other, "random_key": 2}]
+    err = _error(api.enqueue("p", batch), 409, "identity_conflict")
+    assert (err["details"]["index"], err["details"]["first_index"]) == (2, 1)
+    assert api.counts("p") == ZERO
+
+
+@pytest.mark.parametrize("mode", ["external_id", "unique_value"])
+def test_in_batch_duplicates_agree_on_the_random_key_any_copy_names(api, mode):
+    api.put_project("p", identity_mode=mode)
+    same, late, early = _other(mode, 1), _other(mode, 2), _other(mode, 3)
+    _enqueued(api.enqueue("p", [{**same, "random_key": 5}, {**same, "random_key": 5},
+                                late, {**late, "random_key": -9},
+                                {**early, "random_key": 11}, early]), 6, 3, "p")
+    keys = {j["value"]: j["random_key"] for j in _all_jobs(api, "p")}
+    assert keys == {same["value"]: 5, late["value"]: -9, early["value"]: 11}
 
 
 @pytest.mark.parametrize("change", sorted(set(CHANGES) - {"value"}))
@@ -345,8 +367,9 @@ def test_valid_jobspec_at_the_limits_is_stored_exactly(api, case):
     assert job["id"] == spec["id"]
     assert job["value"] == spec["value"]
     assert job["type"] == spec.get("type", "seed")
-    for field in ("via", "hops", "attr"):
-        assert job[field] == spec.get(field)
+    for field in ("via", "hops", "attr"):  # present exactly when set
+        assert job.get(field) == spec.get(field)
+        assert (field in job) == (spec.get(field) is not None)
     if spec.get("random_key") is not None:
         assert job["random_key"] == spec["random_key"]
 
@@ -372,7 +395,7 @@ def test_enqueue_into_unknown_project_is_404(api):
 def test_archived_project_refuses_enqueue(api):
     api.put_project("p")
     _enqueued(api.enqueue("p", values(1)), 1, 1, "p")
-    assert api.call("PATCH", "/api/v1/admin/projects/p", {"status": "archived"}).status_code == 200
+    assert api.call("PATCH", "/api/v1/fleethq/projects/p", {"status": "archived"}).status_code == 200
     err = _error(api.enqueue("p", values(3, "late")), 409, "project_not_active")
     assert err["details"].get("status") == "archived"
     assert api.counts("p") == {**ZERO, "todo": 1}
@@ -478,8 +501,8 @@ def test_paging_filters_by_status(api):
     _enqueued(api.enqueue("p", values(5)), 5, 5, "p")
     claimed = body(api.claim("p", max_jobs=2))["jobs"]
     wip = _all_jobs(api, "p", "wip")
-    assert {j["job_id"] for j in wip} == {j["job_id"] for j in claimed}
-    assert {j["state"] for j in wip} == {"wip"}
+    assert {j["job_id"] for j in wip} == {int(j["job_id"]) for j in claimed}
+    assert {j["status"] for j in wip} == {"wip"}
     assert [j["id"] for j in _all_jobs(api, "p", "todo")] == ["v2", "v3", "v4"]
     assert _all_jobs(api, "p", "done") == []
     # The cursor composes with the filter.
@@ -506,11 +529,31 @@ def test_paging_limit_out_of_bounds_is_400(api, query):
     assert err["details"]["field"] == "limit"
 
 
-@pytest.mark.parametrize("query", ["status=queued", "after_job_id=abc", "after_job_id=-1",
-                                   "after_job_id=%C2%B2", "bogus=1"])
+@pytest.mark.parametrize("query", ["status=queued", "status=staged", "status=WIP", "after_job_id=abc",
+                                   "after_job_id=-1", "after_job_id=1.0", "after_job_id=%C2%B2",
+                                   "after_job_id=99999999999999999999"])
 def test_paging_bad_query_is_400(api, query):
     api.put_project("p")
     _error(_page(api, query), 400, "invalid_request")
+
+
+def test_paging_ignores_unknown_query_parameters(api):
+    """As the contract's server does: only status, after_job_id and limit count."""
+    api.put_project("p")
+    _enqueued(api.enqueue("p", values(3)), 3, 3, "p")
+    page = body(_page(api, "limit=2&bogus=1&offset=7&status="))
+    assert [j["id"] for j in page["jobs"]] == ["v0", "v1"]
+    assert page["next_after_job_id"] == page["jobs"][-1]["job_id"]
+
+
+def test_paging_defaults_to_50_jobs(api):
+    api.put_project("p")
+    _enqueued(api.enqueue("p", values(51)), 51, 51, "p")
+    first = body(_page(api, ""))
+    assert len(first["jobs"]) == 50
+    rest = body(_page(api, f"after_job_id={first['next_after_job_id']}"))
+    assert [j["id"] for j in rest["jobs"]] == ["v50"] and rest["next_after_job_id"] is None
+    assert len(body(_page(api, "after_job_id=0"))["jobs"]) == 50
 
 
 def test_paging_unknown_project_is_404(api):
@@ -520,7 +563,13 @@ def test_paging_unknown_project_is_404(api):
 # ------------------------------------------------------------------ job detail
 
 
-def test_job_detail_shows_attempts(api):
+def _full_detail(api, project_id: str, job_id) -> dict:
+    response = api.call("GET", f"/api/v1/fleethq/projects/{project_id}/jobs/{job_id}")
+    assert response.status_code == 200, body(response)
+    return body(response)
+
+
+def test_fleethq_job_detail_shows_attempts(api):
     api.put_project("p")
     _enqueued(api.enqueue("p", [{"id": "a", "value": "https://example.org/a", "hops": 3}]), 1, 1, "p")
     first = body(api.claim("p", worker_id="w1"))["jobs"]
@@ -528,8 +577,8 @@ def test_job_detail_shows_attempts(api):
     second = body(api.claim("p", worker_id="w1"))["jobs"]
     assert len(second) == 1 and second[0]["job_id"] == first[0]["job_id"]
 
-    job = _detail(api, "p", first[0]["job_id"])
-    assert job["job_id"] == first[0]["job_id"]
+    job = _full_detail(api, "p", first[0]["job_id"])
+    assert job["job_id"] == int(first[0]["job_id"])
     assert job["id"] == "a" and job["value"] == "https://example.org/a" and job["hops"] == 3
     assert job["state"] == "wip"
     assert job["attempts"] == 2
@@ -541,7 +590,7 @@ def test_job_detail_shows_attempts(api):
     assert job["current_attempt_id"] == second[0]["attempt_id"]
 
     assert body(api.complete("p", second))["results"][0]["status"] == "applied"
-    job = _detail(api, "p", first[0]["job_id"])
+    job = _full_detail(api, "p", first[0]["job_id"])
     assert job["state"] == "done"
     assert [a["state"] for a in job["attempt_history"]] == ["failed", "done"]
     assert job["outcome"]["outcome"]["kind"] == "success"
@@ -588,19 +637,22 @@ def test_requeue_only_failed_or_reset_exhausted(api):
                                "reset_exhausted": 1}
 
     for job in (todo, wip, done):
-        err = _error(_requeue(api, job["job_id"]), 409, "invalid_transition")
+        err = _error(_requeue(api, job["job_id"]), 400, "invalid_request")
         assert err["details"]["state"] in ("todo", "wip", "done")
 
     for job in (fail_hard, exhaust):
         response = _requeue(api, job["job_id"])
-        assert response.status_code == 200, body(response)
-        requeued = body(response)
-        assert requeued["state"] == "todo"
-        assert requeued["resets"] == 0
+        assert response.status_code == 204, body(response)
+        assert response.data == b""
+        requeued = _detail(api, "p", job["job_id"])
+        assert requeued["status"] == "todo"
+        assert requeued["reset_count"] == 0
+        assert requeued["execution_error"] is None and requeued["completed_at"] is None
     assert api.counts("p") == {**ZERO, "todo": 3, "wip": 1, "done": 1}
     # Requeued jobs can be claimed again at once.
     again = body(api.claim("p", max_jobs=10))["jobs"]
-    assert {j["job_id"] for j in again} == {fail_hard["job_id"], exhaust["job_id"], todo["job_id"]}
+    assert {int(j["job_id"]) for j in again} == {
+        int(fail_hard["job_id"]), int(exhaust["job_id"]), todo["job_id"]}
 
 
 def test_requeue_of_unknown_job_is_404(api):
@@ -615,9 +667,9 @@ def test_delete_refuses_wip_and_removes_todo_and_done(api):
     api.complete("p", [done])
     todo = _all_jobs(api, "p", "todo")[0]
 
-    err = _error(_delete(api, wip["job_id"]), 409, "invalid_transition")
+    err = _error(_delete(api, wip["job_id"]), 400, "invalid_request")
     assert err["details"]["state"] == "wip"
-    assert _detail(api, "p", wip["job_id"])["state"] == "wip"
+    assert _detail(api, "p", wip["job_id"])["status"] == "wip"
 
     for job in (todo, done):
         response = _delete(api, job["job_id"])
@@ -666,10 +718,10 @@ def test_requeued_job_that_missed_its_deadline_can_run_again(api, app):
         assert leasing.sweep()["overdue"] == 1
         db.session.remove()
     assert api.counts("p") == {**ZERO, "failed": 1}
-    assert _detail(api, "p", job_id)["last_error"]["code"] == "timeout"
+    assert _detail(api, "p", job_id)["execution_error"]["code"] == "timeout"
 
     response = _requeue(api, job_id)
-    assert response.status_code == 200, body(response)
-    assert body(response)["state"] == "todo"
+    assert response.status_code == 204, body(response)
+    assert _detail(api, "p", job_id)["status"] == "todo"
     claimed = body(api.claim("p"))["jobs"]
-    assert [j["job_id"] for j in claimed] == [job_id]
+    assert [int(j["job_id"]) for j in claimed] == [job_id]

@@ -115,11 +115,17 @@ def test_token_of_a_deleted_user_is_401(api, client, users):
 # ------------------------------------------------------------------------ 403
 
 
+CONTRACT_PROJECT = {"status": "active", "dispatch_qps": None, "worker_claim_qps": None,
+                    "max_jobs_per_claim": 256, "client_versions": []}
 ADMIN_ROUTES = [
     ("GET", "/api/v1/admin/projects", None),
     ("GET", "/api/v1/admin/projects/p", None),
-    ("PUT", "/api/v1/admin/projects/q", {}),
-    ("PATCH", "/api/v1/admin/projects/p", {"max_resets": 1}),
+    ("PUT", "/api/v1/admin/projects/q", CONTRACT_PROJECT),
+    ("PUT", "/api/v1/admin/projects/p", {**CONTRACT_PROJECT, "max_resets": 1}),
+    ("GET", "/api/v1/fleethq/projects", None),
+    ("GET", "/api/v1/fleethq/projects/p", None),
+    ("PUT", "/api/v1/fleethq/projects/q", {}),
+    ("PATCH", "/api/v1/fleethq/projects/p", {"max_resets": 1}),
     ("DELETE", "/api/v1/admin/projects/p", None),
     ("POST", "/api/v1/admin/projects/p/jobs", {"jobs": values(1)}),
     ("GET", "/api/v1/admin/projects/p/jobs", None),
@@ -181,11 +187,13 @@ def test_unknown_project_is_404(api):
         assert err["details"].get("project_id") == "nope"
 
 
-def test_unknown_job_is_404(api):
-    for method, path in [("GET", "/api/v1/admin/projects/p/jobs/123456"),
-                         ("POST", "/api/v1/admin/projects/p/jobs/123456/requeue"),
+def test_unknown_job_is_404_to_read_and_400_to_change(api):
+    """As SavewebHQ: reading an unknown job is not_found; requeue and delete
+    of a job it cannot find are invalid requests."""
+    _error(api.call("GET", "/api/v1/admin/projects/p/jobs/123456"), 404, "not_found")
+    for method, path in [("POST", "/api/v1/admin/projects/p/jobs/123456/requeue"),
                          ("DELETE", "/api/v1/admin/projects/p/jobs/123456")]:
-        _error(api.call(method, path), 404, "not_found")
+        _error(api.call(method, path), 400, "invalid_request")
 
 
 def test_unknown_api_route_and_user_are_404(api):
@@ -235,8 +243,8 @@ def test_non_json_number_literals_are_400(api, client, admin_token, literal):
 
 @pytest.mark.parametrize("path", ["/api/v1/admin/projects/p/jobs", "/api/v1/admin/projects/p"])
 def test_admin_routes_refuse_trailing_data_and_non_objects(api, client, admin_token, path):
-    method = "POST" if path.endswith("/jobs") else "PATCH"
-    doc = json.dumps({"jobs": values(1)} if method == "POST" else {"max_resets": 1})
+    method = "POST" if path.endswith("/jobs") else "PUT"
+    doc = json.dumps({"jobs": values(1)} if method == "POST" else {**CONTRACT_PROJECT, "max_resets": 1})
     for data in (doc + " {}", doc + "]", "[" + doc + "]", "null"):
         _error(_raw(client, method, path, data, token=admin_token), 400, "invalid_request")
     summary = body(api.call("GET", "/api/v1/admin/projects/p"))
@@ -267,6 +275,8 @@ BAD_CLAIMS = {
     "accept_types-17": ({**GOOD_CLAIM, "accept_types": ["seed"] * 17}, "accept_types"),
     "policy_version-string": ({**GOOD_CLAIM, "policy_version": "1"}, "policy_version"),
     "policy_version-bool": ({**GOOD_CLAIM, "policy_version": True}, "policy_version"),
+    "policy_version-0": ({**GOOD_CLAIM, "policy_version": 0}, "policy_version"),
+    "policy_version-null": ({**GOOD_CLAIM, "policy_version": None}, "policy_version"),
 }
 
 
@@ -282,7 +292,7 @@ def test_invalid_claim_is_400_with_the_field(api, case):
 def test_claim_edges_are_accepted(api):
     api.enqueue("p", values(2))
     for payload in ({**GOOD_CLAIM, "max_jobs": 256, "lease_seconds": 3600, "wait_ms": 0},
-                    {**GOOD_CLAIM, "lease_seconds": 1, "policy_version": None,
+                    {**GOOD_CLAIM, "lease_seconds": 1, "policy_version": 1,
                      "accept_types": ["asset", "seed"]}):
         response = api.call("POST", CLAIM_PATH, payload)
         assert response.status_code == 200, body(response)
@@ -397,13 +407,14 @@ def test_body_errors_come_after_the_token_check(api, client):
                 token="fhq_not-a-real-token"), 401, "invalid_machine_token")
 
 
-def test_enqueue_body_over_8_mib_is_413_and_below_is_accepted(api, client, admin_token):
+def test_enqueue_body_over_8_mib_is_400_and_below_is_accepted(api, client, admin_token):
+    """SavewebHQ answers an oversized body as 400 invalid_request."""
     big_job = {"id": "big", "value": "x" * 8000}
     jobs = [{**big_job, "id": f"j{i}"} for i in range(1100)]  # ~8.9 MB
     payload = json.dumps({"jobs": jobs})
     assert len(payload) > 8 * 1024 * 1024
     err = _error(_raw(client, "POST", "/api/v1/admin/projects/p/jobs", payload, token=admin_token),
-                 413, "too_large")
+                 400, "invalid_request")
     assert err["details"].get("limit") == 8 * 1024 * 1024
     assert api.counts("p")["todo"] == 0
     # An enqueue body far above the worker limit is fine.
@@ -419,16 +430,19 @@ def test_enqueue_body_over_8_mib_is_413_and_below_is_accepted(api, client, admin
 
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded",
                                           "application/zstd"])
-@pytest.mark.parametrize("path", [CLAIM_PATH, "/api/v1/projects/p/jobs/complete"])
-def test_non_json_body_to_a_worker_route_is_400(api, client, admin_token, path, content_type):
+@pytest.mark.parametrize("method, path", [("POST", CLAIM_PATH),
+                                          ("POST", "/api/v1/projects/p/jobs/complete"),
+                                          ("POST", "/api/v1/admin/projects/p/jobs"),
+                                          ("PUT", "/api/v1/admin/projects/p")])
+def test_non_json_body_to_a_contract_route_is_400(api, client, admin_token, method, path,
+                                                  content_type):
     """As SavewebHQ: a wrong content type is an invalid request."""
-    err = _error(_raw(client, "POST", path, json.dumps(GOOD_CLAIM), content_type=content_type,
+    err = _error(_raw(client, method, path, json.dumps(GOOD_CLAIM), content_type=content_type,
                       token=admin_token), 400, "invalid_request")
     assert err["details"].get("content_type") == content_type
 
 
-@pytest.mark.parametrize("method, path", [("POST", "/api/v1/admin/projects/p/jobs"),
-                                          ("PATCH", "/api/v1/admin/projects/p"),
+@pytest.mark.parametrize("method, path", [("PATCH", "/api/v1/fleethq/projects/p"),
                                           ("PUT", "/api/v1/fleethq/users/someone")])
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded",
                                           "application/zstd"])
@@ -446,9 +460,10 @@ def test_json_with_charset_parameter_is_json(api, client, admin_token):
 
 
 def test_json_to_the_source_route_is_415(api, client, admin_token):
+    """The contract's code for a source body of another type is invalid_request."""
     response = _raw(client, "POST", "/api/v1/admin/projects/p/source", json.dumps({"jobs": values(1)}),
                     token=admin_token)
-    _error(response, 415, "unsupported_media_type")
+    _error(response, 415, "invalid_request")
     assert api.counts("p")["todo"] == 0
 
 
@@ -504,7 +519,7 @@ def test_empty_allow_list_blocks_every_worker(client, admin_token):
             err = _error(response, 426, "client_upgrade_required")
             assert err["details"]["client_versions"] == []
     # Allow-listing the version lets the same worker in.
-    api.call("PATCH", "/api/v1/admin/projects/p", {"client_versions": [VERSION]})
+    api.call("PATCH", "/api/v1/fleethq/projects/p", {"client_versions": [VERSION]})
     assert len(body(api.claim("p"))["jobs"]) == 1
 
 
@@ -584,7 +599,8 @@ def test_every_api_response_is_no_store(api, client, admin_token):
         api.complete("p", [job]),
         api.call("GET", "/api/v1/admin/users"),
         api.call("GET", "/api/v1/admin/users/admin/machine-token"),
-        api.call("PUT", "/api/v1/admin/projects/q", {}),
+        api.call("PUT", "/api/v1/fleethq/projects/q", {}),
+        api.call("GET", "/api/v1/fleethq/projects/q"),
         api.call("DELETE", "/api/v1/admin/projects/q"),
         api.call("GET", "/api/v1/nothing-here"),
         client.get("/api/v1/admin/projects"),

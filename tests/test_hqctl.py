@@ -405,13 +405,14 @@ def test_token_rotate_prints_a_token_that_works_then_revoke(hq):
     code, out, err = hq("users", "put", user, "--roles", "worker")
     assert code == 0, err
     code, out, err = hq("token", "rotate", user)
-    assert code == 0 and "only this once" in err
+    assert code == 0 and "new machine token" in err
     token = out.strip()
     assert token and token not in err
+    code, out, _ = hq("token", "show", user)  # viewable again, as SavewebHQ's
+    assert code == 0 and json.loads(out) == {"user_id": user, "token": token}
 
     code, out, _ = hq("whoami", token=token)
     assert code == 0 and json.loads(out)["user_id"] == user
-    assert hq("token", "show", user)[0] == 0
     assert hq("token", "revoke", user)[0] == 0
     code, _, err = hq("whoami", token=token)
     assert code == 1 and err.startswith("invalid_machine_token: ")
@@ -647,10 +648,10 @@ def test_timeout_bounds_the_wait_for_an_answer(capsys, stub):
 
 
 def test_job_ids_stay_integers(capsys, stub):
-    stub.routes[("GET", "/api/v1/admin/projects/p/jobs")] = [
+    stub.routes[("GET", "/api/v1/fleethq/projects/p/jobs")] = [
         (200, {"jobs": [{"job_id": 41, "value": "a"}], "next_after_job_id": 41}),
         (200, {"jobs": [{"job_id": 42, "value": "b"}], "next_after_job_id": None})]
     code, out, err = stub_run(capsys, stub, "jobs", "list", "p", "--all", "--limit", "1")
     assert code == 0, err
     assert [json.loads(line)["job_id"] for line in out.splitlines()] == [41, 42]
-    assert stub.seen[-1][1] == "/api/v1/admin/projects/p/jobs?limit=1&after_job_id=41"
+    assert stub.seen[-1][1] == "/api/v1/fleethq/projects/p/jobs?limit=1&after_job_id=41"

@@ -36,7 +36,7 @@ def sweep(app) -> dict:
 
 
 def detail(api: Api, project: str, job_id: str) -> dict:
-    response = api.call("GET", f"/api/v1/admin/projects/{project}/jobs/{job_id}")
+    response = api.call("GET", f"/api/v1/fleethq/projects/{project}/jobs/{job_id}")
     assert response.status_code == 200, body(response)
     return body(response)
 
@@ -437,9 +437,9 @@ def test_requeue_puts_exhausted_and_failed_jobs_back(api, app):
 
     for job in (a, b):
         response = api.call("POST", f"/api/v1/admin/projects/p/jobs/{job['job_id']}/requeue")
-        assert response.status_code == 200, body(response)
-        info = body(response)
-        assert info["state"] == "todo" and info["resets"] == 0
+        assert response.status_code == 204, body(response)
+        info = detail(api, "p", job["job_id"])
+        assert info["state"] == "todo" and info["resets"] == 0 and info["last_error"] is None
     assert api.counts("p") == {**ALL_ZERO, "todo": 2}
 
     again = claim_jobs(api, "p", max_jobs=10)
@@ -455,11 +455,11 @@ def test_requeue_of_a_live_or_queued_job_is_refused(api):
     api.put_project("p")
     api.enqueue("p", values(2))
     [job] = claim_jobs(api, "p", max_jobs=1)
-    queued = body(api.call("GET", "/api/v1/admin/projects/p/jobs?status=todo"))["jobs"][0]
+    queued = body(api.call("GET", "/api/v1/fleethq/projects/p/jobs?status=todo"))["jobs"][0]
     for job_id, state in ((job["job_id"], "wip"), (queued["job_id"], "todo")):
         response = api.call("POST", f"/api/v1/admin/projects/p/jobs/{job_id}/requeue")
-        assert response.status_code == 409
-        assert body(response)["error"]["code"] == "invalid_transition"
+        assert response.status_code == 400
+        assert body(response)["error"]["code"] == "invalid_request"
         assert detail(api, "p", job_id)["state"] == state
     [r] = results(api.complete("p", [job]))
     assert r["status"] == "applied"
@@ -574,7 +574,7 @@ def test_extend_of_an_expired_lease_is_rejected_and_never_revives_it(api, app):
 def test_sweep_fails_a_queued_job_whose_task_deadline_passed(api, app):
     api.put_project("p", task_timeout_seconds=60)
     api.enqueue("p", values(2))
-    jobs = body(api.call("GET", "/api/v1/admin/projects/p/jobs"))["jobs"]
+    jobs = body(api.call("GET", "/api/v1/fleethq/projects/p/jobs"))["jobs"]
     late, fine = jobs[0]["job_id"], jobs[1]["job_id"]
     sql(app, "UPDATE jobs SET deadline_at = now() - interval '1 second' WHERE id = :id", id=late)
 
@@ -583,7 +583,7 @@ def test_sweep_fails_a_queued_job_whose_task_deadline_passed(api, app):
     assert info["state"] == "failed"
     assert info["last_error"]["code"] == "timeout"
     assert detail(api, "p", fine)["state"] == "todo"
-    assert [j["job_id"] for j in claim_jobs(api, "p", max_jobs=10)] == [fine]
+    assert [int(j["job_id"]) for j in claim_jobs(api, "p", max_jobs=10)] == [fine]
     assert api.counts("p") == {**ALL_ZERO, "wip": 1, "failed": 1}
 
 
@@ -606,16 +606,16 @@ def test_a_requeued_job_whose_task_deadline_passed_is_claimable_again(api, app):
     the requeue is a no-op that the sweep undoes."""
     api.put_project("p", task_timeout_seconds=60)
     api.enqueue("p", values(1))
-    [job] = body(api.call("GET", "/api/v1/admin/projects/p/jobs"))["jobs"]
+    [job] = body(api.call("GET", "/api/v1/fleethq/projects/p/jobs"))["jobs"]
     sql(app, "UPDATE jobs SET deadline_at = now() - interval '1 second' WHERE id = :id",
         id=int(job["job_id"]))
     sweep(app)
     assert detail(api, "p", job["job_id"])["state"] == "failed"
 
     response = api.call("POST", f"/api/v1/admin/projects/p/jobs/{job['job_id']}/requeue")
-    assert response.status_code == 200
+    assert response.status_code == 204
     claimed = claim_jobs(api, "p")
-    assert [j["job_id"] for j in claimed] == [job["job_id"]]
+    assert [int(j["job_id"]) for j in claimed] == [job["job_id"]]
 
 
 # ------------------------------------------------------------------ history
@@ -674,7 +674,7 @@ def test_draining_project_still_takes_reports_of_in_flight_attempts(api, app):
     api.put_project("p")
     api.enqueue("p", values(5))
     a, b, c, d = claim_jobs(api, "p", max_jobs=4)
-    response = api.call("PATCH", "/api/v1/admin/projects/p", {"status": "draining"})
+    response = api.call("PATCH", "/api/v1/fleethq/projects/p", {"status": "draining"})
     assert response.status_code == 200 and body(response)["status"] == "draining"
 
     response = api.claim("p")

@@ -110,7 +110,7 @@ def test_waiting_claim_wakes_when_a_job_is_requeued(admin, live_server, admin_to
     time.sleep(0.5)
     assert waiter.running()
     response = admin.call("POST", f"/api/v1/admin/projects/p/jobs/{job['job_id']}/requeue")
-    assert response.status_code == 200
+    assert response.status_code == 204
     requeued_at = time.monotonic()
 
     out = waiter.result()

@@ -351,7 +351,7 @@ def test_whoami_names_a_pending_user(admin, make_user):
 
 def test_a_suspended_user_is_refused_403_on_worker_and_admin_routes(admin, make_user):
     from tests.helpers import VERSION
-    admin("PUT", "/admin/projects/p", {})
+    admin("PUT", "/fleethq/projects/p", {})
     token = make_user("wk", ["admin", "worker"])
     assert admin("PUT", "/admin/users/wk", {"status": "suspended", "roles": ["admin", "worker"]}) \
         .status_code == 204
@@ -375,7 +375,7 @@ def test_a_token_imported_by_its_savewebhq_digest_authenticates_then_becomes_vie
     token = "hq_kept-only-as-a-digest-in-savewebhq"
     saveweb = hashlib.sha256(b"saveweb-machine-token-v1\x00" + token.encode()).hexdigest()
     assert tokens.savewebhq_key(token) == "savewebhq-v1:" + saveweb  # the importer's key
-    admin("PUT", "/admin/projects/p", {"client_versions": [VERSION]})
+    admin("PUT", "/fleethq/projects/p", {"client_versions": [VERSION]})
     with app.app_context():
         accounts.put_user("crawler", ["worker"])
     sql(app, "INSERT INTO machine_tokens (user_id, token_hash) VALUES ('crawler', :k)",

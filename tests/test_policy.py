@@ -1,6 +1,8 @@
-"""Project policy (DESIGN §5) and the worker-facing shapes of §6: defaults,
+"""Project policy (DESIGN §5) through FleetHQ's own project routes
+(``/api/v1/fleethq/projects``), and the worker-facing shapes of §6: defaults,
 partial changes, policy_version, field ranges, exact response fields, claim
-clamping and filters, project status, in-flight caps, summaries, delete."""
+clamping and filters, project status, in-flight caps, summaries, delete.
+The v1 contract's admin project routes are covered in test_admin_contract.py."""
 from __future__ import annotations
 
 import time
@@ -51,11 +53,11 @@ def _error(response, status: int, code: str) -> dict:
 
 
 def _put(api, project_id, fields, method="PUT"):
-    return api.call(method, f"/api/v1/admin/projects/{project_id}", fields)
+    return api.call(method, f"/api/v1/fleethq/projects/{project_id}", fields)
 
 
 def _summary(api, project_id) -> dict:
-    response = api.call("GET", f"/api/v1/admin/projects/{project_id}")
+    response = api.call("GET", f"/api/v1/fleethq/projects/{project_id}")
     assert response.status_code == 200, body(response)
     return body(response)
 
@@ -114,11 +116,11 @@ def test_summary_counts_jobs_by_state(api):
 
 
 def test_list_projects(api):
-    assert body(api.call("GET", "/api/v1/admin/projects")) == {"projects": []}
+    assert body(api.call("GET", "/api/v1/fleethq/projects")) == {"projects": []}
     api.put_project("b-proj", kind="pdf")
     api.put_project("a-proj")
     api.enqueue("a-proj", values(2))
-    response = api.call("GET", "/api/v1/admin/projects")
+    response = api.call("GET", "/api/v1/fleethq/projects")
     assert response.status_code == 200
     listing = body(response)
     assert set(listing) == {"projects"}
@@ -131,15 +133,15 @@ def test_list_projects(api):
 
 
 def test_get_unknown_project_is_404(api):
-    _error(api.call("GET", "/api/v1/admin/projects/nope"), 404, "not_found")
+    _error(api.call("GET", "/api/v1/fleethq/projects/nope"), 404, "not_found")
     _error(_put(api, "nope", {"max_resets": 1}, "PATCH"), 404, "not_found")
-    _error(api.call("GET", "/api/v1/admin/projects/nope"), 404, "not_found")
+    _error(api.call("GET", "/api/v1/fleethq/projects/nope"), 404, "not_found")
 
 
 @pytest.mark.parametrize("project_id", ["has%20space", "x" * 129, "a%3Fb", "%C3%A4"])
 def test_project_id_must_be_an_identifier(api, project_id):
     _error(_put(api, project_id, {}), 400, "invalid_request")
-    assert body(api.call("GET", "/api/v1/admin/projects"))["projects"] == []
+    assert body(api.call("GET", "/api/v1/fleethq/projects"))["projects"] == []
 
 
 def test_body_id_must_match_url(api):
@@ -167,7 +169,7 @@ def test_full_put_resets_omitted_fields(api):
     replaced = body(_put(api, "p", {"client_versions": ["y"]}))
     assert replaced["max_resets"] == 3
     assert replaced["client_versions"] == ["y"]
-    assert replaced["policy_version"] == 2  # max_resets changed
+    assert replaced["policy_version"] == 2  # one change of the policy, one bump
 
 
 def test_patch_can_clear_nullable_fields(api):
@@ -178,8 +180,8 @@ def test_patch_can_clear_nullable_fields(api):
     assert cleared["task_timeout_seconds"] is None
 
 
-SCHEDULING_CHANGES = {
-    "claim_order": "random", "dispatch_qps": 10.0, "worker_claim_qps": 2.0,
+VERSIONED_CHANGES = {
+    "client_versions": sorted([VERSION, "other-2"]), "dispatch_qps": 10.0, "worker_claim_qps": 2.0,
     "max_jobs_per_claim": 10, "max_resets": 5, "recommended_lease_seconds": 120,
     "retry_backoff_seconds": 5, "max_in_flight": 4, "max_worker_in_flight": 2,
     "prefer_new_worker": True, "task_timeout_seconds": 600, "attempt_timeout_seconds": 60,
@@ -187,24 +189,27 @@ SCHEDULING_CHANGES = {
 }
 
 
-@pytest.mark.parametrize("field", sorted(SCHEDULING_CHANGES))
-def test_scheduling_change_bumps_policy_version(api, field):
+@pytest.mark.parametrize("field", sorted(VERSIONED_CHANGES))
+def test_versioned_change_bumps_policy_version(api, field):
     api.put_project("p")
     assert _worker_policy(api, "p")["policy_version"] == 1
-    changed = _patch(api, "p", **{field: SCHEDULING_CHANGES[field]})
-    assert changed[field] == SCHEDULING_CHANGES[field]
+    changed = _patch(api, "p", **{field: VERSIONED_CHANGES[field]})
+    assert changed[field] == VERSIONED_CHANGES[field]
     assert changed["policy_version"] == 2
     assert _worker_policy(api, "p")["policy_version"] == 2
     assert body(api.claim("p"))["policy_version"] == 2
     # Setting the same value again is no change.
-    assert _patch(api, "p", **{field: SCHEDULING_CHANGES[field]})["policy_version"] == 2
+    assert _patch(api, "p", **{field: VERSIONED_CHANGES[field]})["policy_version"] == 2
 
 
-def test_status_and_client_versions_do_not_bump_policy_version(api):
+def test_status_and_claim_order_do_not_bump_policy_version(api):
+    """Workers never see the claim order (the server applies it) and learn
+    the status from 409 project_not_active: no reason to re-read the policy."""
     api.put_project("p")
     assert _patch(api, "p", status="draining")["policy_version"] == 1
     assert _patch(api, "p", status="active")["policy_version"] == 1
-    assert _patch(api, "p", client_versions=[VERSION, "other-2"])["policy_version"] == 1
+    assert _patch(api, "p", claim_order="random")["policy_version"] == 1
+    assert _patch(api, "p", claim_order="fifo")["policy_version"] == 1
     assert _worker_policy(api, "p")["policy_version"] == 1
 
 
@@ -238,7 +243,9 @@ INVALID_FIELDS = [
     ("task_timeout_seconds", 59), ("attempt_timeout_seconds", 14),
     ("upload_timeout_seconds", 9), ("upload_timeout_seconds", 601), ("upload_timeout_seconds", None),
     ("client_versions", [f"v{i}" for i in range(65)]), ("client_versions", "v1"),
-    ("client_versions", [1]), ("client_versions", [""]),
+    ("client_versions", [1]), ("client_versions", [""]), ("client_versions", [" v1"]),
+    ("client_versions", ["v1\t"]), ("client_versions", ["v1", "v2", "v1"]),
+    ("client_versions", ["x" * 129]), ("client_versions", ["é" * 65]),
     ("max_in_flight", 0), ("max_worker_in_flight", 0), ("max_worker_in_flight", False),
     ("prefer_new_worker", "yes"), ("prefer_new_worker", 1),
     ("claim_order", "lifo"), ("status", "paused"), ("status", None),
@@ -253,7 +260,7 @@ def test_field_ranges_are_enforced(api, field, value):
     # On creation: nothing is created.
     err = _error(_put(api, "p", {field: value}), 400, "invalid_request")
     assert err["details"]["field"] == field
-    _error(api.call("GET", "/api/v1/admin/projects/p"), 404, "not_found")
+    _error(api.call("GET", "/api/v1/fleethq/projects/p"), 404, "not_found")
     # On change: nothing changes.
     api.put_project("p")
     before = _summary(api, "p")
@@ -266,7 +273,7 @@ def test_a_huge_integer_rate_is_a_client_error(api):
     """10**400 is a JSON number > 0 but no finite double: 400, not a crash."""
     api.put_project("p")
     raw = '{"dispatch_qps": 1' + "0" * 400 + "}"
-    response = api.client.patch("/api/v1/admin/projects/p", data=raw,
+    response = api.client.patch("/api/v1/fleethq/projects/p", data=raw,
                                 headers={**api.headers, "Content-Type": "application/json"})
     err = _error(response, 400, "invalid_request")
     assert err["details"]["field"] == "dispatch_qps"
@@ -279,7 +286,8 @@ VALID_EDGES = [
     ("dispatch_qps", 1e300), ("task_timeout_seconds", 60), ("attempt_timeout_seconds", 15),
     ("upload_timeout_seconds", 10), ("upload_timeout_seconds", 600), ("max_in_flight", 1),
     ("max_worker_in_flight", 1), ("client_versions", [f"v{i}" for i in range(64)]),
-    ("client_versions", []),
+    ("client_versions", []), ("client_versions", ["x" * 128]), ("client_versions", ["é" * 64]),
+    ("client_versions", ["v 1"]),
 ]
 
 
@@ -457,7 +465,8 @@ def test_delete_project(api):
     api.enqueue("p", values(3))
     (job,) = body(api.claim("p", max_jobs=1))["jobs"]
 
-    _error(api.call("DELETE", "/api/v1/admin/projects/p"), 409, "invalid_transition")
+    err = _error(api.call("DELETE", "/api/v1/admin/projects/p"), 400, "invalid_request")
+    assert err["details"]["in_flight"] == 1
     assert _summary(api, "p")["job_counts"]["todo"] == 2
     api.complete("p", [job])
 

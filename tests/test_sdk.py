@@ -160,7 +160,7 @@ def test_policy_change_is_picked_up_after_the_claim_that_reveals_it(live_server,
     with open_queue(live_server.url, worker_token, project, session=session) as queue:
         version = queue.policy.policy_version
         assert len(queue.claim(max_jobs=50)) == 2
-        patched = admin.call("PATCH", f"/api/v1/admin/projects/{project}", {"max_jobs_per_claim": 7})
+        patched = admin.call("PATCH", f"/api/v1/fleethq/projects/{project}", {"max_jobs_per_claim": 7})
         assert patched.status_code == 200, patched.text
         # This claim still asks with the old policy; its answer carries the
         # new policy_version, so the SDK reads the policy again.

@@ -1,5 +1,9 @@
 """Source imports: ``POST /api/v1/admin/projects/{p}/source`` with a
-``jobs-jsonl-zstd-v1`` body (DESIGN §4.4, §6) and ``flask fleet enqueue-source``."""
+``jobs-jsonl-zstd-v1`` body (DESIGN §4.4, §6) and ``flask fleet enqueue-source``.
+
+As in the v1 contract, a body that cannot be read — bad zstd, a bad line, or
+a limit passed while streaming — is 400 ``invalid_job``; only a declared
+Content-Length over the compressed limit is refused before reading (413)."""
 from __future__ import annotations
 
 import io
@@ -121,7 +125,8 @@ def test_valid_source_imports_every_job(src, project):
     response = src.post(project, data)
     assert response.status_code == 200, body(response)
     expanded = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)).read()
-    assert body(response) == {"jobs": 50, "inserted": 50, "uncompressed_bytes": len(expanded)}
+    assert body(response) == {"project_id": project, "jobs": 50, "inserted": 50,
+                              "uncompressed_bytes": len(expanded)}
     assert src.api.counts(project)["todo"] == 50
 
     claimed = body(src.api.claim(project, max_jobs=50, accept_types=["seed", "asset"]))["jobs"]
@@ -211,12 +216,13 @@ def test_truncated_second_frame_is_refused(src, project):
     assert src.api.counts(project)["todo"] == 0
 
 
-def test_line_longer_than_64_kib_is_too_large(src, project):
+def test_line_longer_than_64_kib_is_refused(src, project):
     lines = [line({"id": "a", "value": "x"}), b'{"id":"b","value":"' + b"y" * (70 * 1024) + b'"}']
     response = src.post(project, pack_lines(lines))
-    assert response.status_code == 413
+    assert response.status_code == 400
     err = error(response)
-    assert err["code"] == "too_large"
+    assert err["code"] == "invalid_job"
+    assert "longer than" in err["message"]
     assert err["details"]["line"] == 2
     assert err["details"]["committed"] == 0
 
@@ -231,7 +237,7 @@ def test_line_of_exactly_64_kib_is_accepted(src, project):
 
     over = head[:-1] + b" " * (64 * 1024 + 1 - len(head)) + b"}"
     response = src.post(project, pack_lines([line({"id": "c", "value": "z"}), over]))
-    assert response.status_code == 413
+    assert response.status_code == 400
     assert error(response)["details"]["line"] == 2
 
 
@@ -267,9 +273,9 @@ def test_job_cap(src, project, config):
     config(SOURCE_MAX_JOBS=10)
     assert body(src.post(project, pack(values(10, "ok"))))["inserted"] == 10
     response = src.post(project, pack(values(11, "over")))
-    assert response.status_code == 413
+    assert response.status_code == 400
     err = error(response)
-    assert err["code"] == "too_large"
+    assert err["code"] == "invalid_job"
     assert err["details"]["line"] == 11
     assert src.api.counts(project)["todo"] == 10
 
@@ -279,8 +285,8 @@ def test_expanded_size_cap(src, project, config):
     expanded = len(zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)).read())
     config(SOURCE_MAX_EXPANDED=expanded - 1)
     response = src.post(project, data)
-    assert response.status_code == 413
-    assert error(response)["code"] == "too_large"
+    assert response.status_code == 400
+    assert error(response)["code"] == "invalid_job"
     assert src.api.counts(project)["todo"] == 0
 
     config(SOURCE_MAX_EXPANDED=expanded)
@@ -289,7 +295,7 @@ def test_expanded_size_cap(src, project, config):
     assert body(response)["uncompressed_bytes"] == expanded
 
 
-def test_decoder_window_over_the_limit_is_refused_as_too_large(src, project, config):
+def test_decoder_window_over_the_limit_is_refused(src, project, config):
     config(SOURCE_MAX_WINDOW=1024 * 1024)
     specs = [line(s) for s in values(50)]
     within = pack_lines(specs, window_log=20)  # exactly 1 MiB
@@ -298,10 +304,10 @@ def test_decoder_window_over_the_limit_is_refused_as_too_large(src, project, con
 
     wide = pack_lines(specs, window_log=22)  # 4 MiB window
     response = src.post(project, wide)
-    # A limit of §4.4, like the size limits: 413 too_large, not "not a valid zstd stream".
-    assert response.status_code == 413, body(response)
+    # The message names the limit of §4.4, not "not a valid zstd stream".
+    assert response.status_code == 400, body(response)
     err = error(response)
-    assert err["code"] == "too_large"
+    assert err["code"] == "invalid_job"
     assert "window" in err["message"]
     assert err["details"]["committed"] == 0
 
@@ -323,8 +329,9 @@ def test_error_after_committed_batches_reports_committed_jobs(src, project, conf
 def test_size_error_after_committed_batches_reports_committed_jobs(src, project, config):
     config(SOURCE_BATCH=10, SOURCE_MAX_JOBS=25)
     response = src.post(project, pack(values(40)))
-    assert response.status_code == 413
+    assert response.status_code == 400
     err = error(response)
+    assert err["code"] == "invalid_job"
     assert (err["details"]["line"], err["details"]["committed"]) == (26, 20)
     assert src.api.counts(project)["todo"] == 20
 
@@ -384,7 +391,7 @@ def test_content_length_over_limit_is_refused_before_reading(src, project, confi
                            headers={"Authorization": f"Bearer {admin_token}"})
     assert response.status_code == 413
     err = error(response)
-    assert err["code"] == "too_large"
+    assert err["code"] == "invalid_request"
     assert err["details"]["committed"] == 0
     assert stream.reads == 0
     assert src.api.counts(project)["todo"] == 0
@@ -412,17 +419,29 @@ def test_chunked_upload_imports_and_is_capped_while_streaming(live_server, admin
 
     config(SOURCE_MAX_COMPRESSED=len(data) // 2)
     response = session.post(url, data=chunks(), headers=headers, timeout=30)
-    assert response.status_code == 413, response.text
-    assert response.json()["error"]["code"] == "too_large"
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "invalid_job"
 
 
 # ------------------------------------------------------------ access rules
 
 
-def test_wrong_content_type_is_415(src, project):
-    response = src.post(project, pack(values(1)), content_type="application/json")
+@pytest.mark.parametrize("content_type", ["application/json", "text/plain", "application/x-zstd",
+                                          "multipart/form-data", ""])
+def test_wrong_content_type_is_415_invalid_request(src, project, content_type):
+    response = src.post(project, pack(values(1)), content_type=content_type)
     assert response.status_code == 415
-    assert error(response)["code"] == "unsupported_media_type"
+    assert error(response)["code"] == "invalid_request"
+    assert src.api.counts(project)["todo"] == 0
+
+
+@pytest.mark.parametrize("content_type", ["application/zstd", "application/octet-stream",
+                                          "application/zstd; charset=binary"])
+def test_zstd_and_octet_stream_bodies_are_accepted(src, project, content_type):
+    response = src.post(project, pack(values(3)), content_type=content_type)
+    assert response.status_code == 200, body(response)
+    assert set(body(response)) == {"project_id", "jobs", "inserted", "uncompressed_bytes"}
+    assert (body(response)["project_id"], body(response)["inserted"]) == (project, 3)
 
 
 def test_only_admins_import(src, project, make_user):
@@ -438,7 +457,7 @@ def test_only_admins_import(src, project, make_user):
 def test_unknown_and_archived_projects(src, project):
     response = src.post("no-such-project", pack(values(1)))
     assert response.status_code == 404
-    src.api.call("PATCH", f"/api/v1/admin/projects/{project}", {"status": "archived"})
+    src.api.call("PATCH", f"/api/v1/fleethq/projects/{project}", {"status": "archived"})
     response = src.post(project, pack(values(1)))
     assert response.status_code == 409
     assert error(response)["code"] == "project_not_active"

@@ -31,8 +31,13 @@ def _emit(obj) -> int:
     return 0
 
 
+# FleetHQ's own admin routes carry its fuller views (kind, every policy field,
+# staged counts, attempt history); SavewebHQ's routes answer its contract.
+FLEETHQ_PROJECTS = "fleethq/projects"
+
+
 def _project_path(args, *rest) -> str:
-    return "/".join(["admin/projects", segment(args.project), *rest])
+    return "/".join([FLEETHQ_PROJECTS, segment(args.project), *rest])
 
 
 # --- policy flags (DESIGN §5) -------------------------------------------------
@@ -126,7 +131,8 @@ def cmd_jobs_list(client, args):
 
 def cmd_users_put(client, args):
     roles = [r.strip() for r in args.roles.split(",") if r.strip()]
-    return _emit(client.request("PUT", f"admin/users/{segment(args.user)}",
+    # FleetHQ's route: it also takes the reader role, and answers the user.
+    return _emit(client.request("PUT", f"fleethq/users/{segment(args.user)}",
                                 json={"roles": roles, "status": args.status}))
 
 
@@ -136,8 +142,9 @@ def cmd_token_rotate(client, args):
         return _emit(result)
     # Plain on stdout so that `hqctl token rotate u > token` just works.
     print(result.get("token", ""))
-    print(f"hqctl: new machine token for {result.get('user_id', args.user)}; "
-          "it is shown only this once", file=sys.stderr)
+    print(f"hqctl: new machine token for {result.get('user_id', args.user)} "
+          "(`hqctl token show` shows it again where the master keeps tokens viewable)",
+          file=sys.stderr)
     return 0
 
 
@@ -219,8 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     leaf(top, "whoami", _simple("GET", "whoami"), "show who the token belongs to")
 
     projects = branch("project", "get, list, create or change projects")
-    leaf(projects, "get", _simple("GET", "admin/projects/{project}"), "show a project", "project")
-    leaf(projects, "list", _simple("GET", "admin/projects"), "list projects")
+    leaf(projects, "get", _simple("GET", FLEETHQ_PROJECTS + "/{project}"), "show a project",
+         "project")
+    leaf(projects, "list", _simple("GET", FLEETHQ_PROJECTS), "list projects")
     put = leaf(projects, "put", cmd_project_put, "create or replace a project (PUT)", "project")
     _add_policy_flags(put, {**CREATE_FLAGS, **POLICY_FLAGS})
     patch = leaf(projects, "set", cmd_project_set, "change some policy fields (PATCH)", "project")
@@ -251,7 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--all", action="store_true",
                          help="follow the cursor to the end; one JSON job per line")
     job_path = "admin/projects/{project}/jobs/{job_id}"
-    leaf(jobs, "show", _simple("GET", job_path), "show a job", "project", "job_id")
+    leaf(jobs, "show", _simple("GET", FLEETHQ_PROJECTS + "/{project}/jobs/{job_id}"),
+         "show a job with its attempt history", "project", "job_id")
     leaf(jobs, "requeue", _simple("POST", job_path + "/requeue"),
          "requeue a failed or reset_exhausted job", "project", "job_id")
     leaf(jobs, "delete", _simple("DELETE", job_path), "delete a job", "project", "job_id")
@@ -264,10 +273,10 @@ def build_parser() -> argparse.ArgumentParser:
     leaf(users, "delete", _simple("DELETE", "admin/users/{user}"), "delete a user", "user")
 
     tokens = branch("token", "rotate, show or revoke a user's machine token")
-    rotate = leaf(tokens, "rotate", cmd_token_rotate, "issue a new token (printed once)", "user")
+    rotate = leaf(tokens, "rotate", cmd_token_rotate, "issue a new token", "user")
     rotate.add_argument("--json", action="store_true", help="print {user_id, token}")
     token_path = "admin/users/{user}/machine-token"
-    leaf(tokens, "show", _simple("GET", token_path), "show token metadata", "user")
+    leaf(tokens, "show", _simple("GET", token_path), "show the user's current token", "user")
     leaf(tokens, "revoke", _simple("DELETE", token_path), "revoke the token", "user")
     return parser
 

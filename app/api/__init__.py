@@ -31,7 +31,8 @@ def _is_api() -> bool:
 
 
 def init_app(app) -> None:
-    from app.api import admin, fleet, hooks, jobs, openapi  # noqa: F401  (routes register on bp)
+    from app.api import (admin, admin_users, fleet, fleethq_admin, hooks, jobs,  # noqa: F401
+                         openapi)  # (routes register on bp)
     app.register_blueprint(bp)
 
     @app.errorhandler(FleetError)

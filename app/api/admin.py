@@ -1,58 +1,78 @@
 """Admin routes (machine token with role admin): projects and jobs (users and
-tokens: ``admin_users``)."""
+tokens: ``admin_users``).
+
+The project and job routes answer exactly the v1 contract (DESIGN §6);
+FleetHQ's fuller views of the same projects and jobs are in ``fleethq_admin``.
+"""
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 from flask import current_app, jsonify, request
 
-from app.api import bp
+from app.api import bp, contract
+from app.api import admin_params as params
+from app.api import admin_schemas as S
 from app.api import validate as v
-from app.api.auth import body_limit, require
-from app.errors import InvalidJob, InvalidRequest, TooLarge, UnsupportedMediaType
+from app.api.auth import require
+from app.errors import InvalidJob, InvalidRequest, NotFound, TooLarge, UnsupportedMediaType
 from app.projects import enqueue, jobs_admin, service, source_import
 from workers.protocol import SpecError, normalize_jobspec
 from workers.source import Limits
 
-MAX_JOBS_PER_BATCH = 10_000
-
+# Refusals of the contract's admin writes: 400 (also for a wrong state), and
+# 409 for identity conflicts and inactive projects.
+_REFUSED = (400, 409)
 
 @bp.get("/admin/projects")
+@v.declare(responses={200: {"projects": v.array(S.PROJECT_SUMMARY)}},
+           operation_id="listAdminProjects", summary="Projects and their job counts")
 def list_projects():
     require("admin")
-    return jsonify(projects=service.list_summaries())
+    return jsonify(projects=service.list_summaries(view=service.contract_summary))
 
 
 @bp.get("/admin/projects/<project_id>")
+@v.declare(responses={200: S.PROJECT_SUMMARY}, operation_id="getAdminProject",
+           summary="A project and its job counts")
 def get_project(project_id):
     require("admin")
-    return jsonify(service.summary(service.get(project_id)))
+    return jsonify(service.contract_summary(service.get(project_id)))
 
 
-@bp.route("/admin/projects/<project_id>", methods=["PUT", "PATCH"])
+@bp.put("/admin/projects/<project_id>")
+@v.declare(body=S.PROJECT_REQUEST, responses={200: S.PROJECT_SUMMARY}, errors=_REFUSED,
+           operation_id="putAdminProject", summary="Create a project or change its policy")
 def put_project(project_id):
+    """The contract's PUT: 200 with the summary on creation and on change."""
     require("admin")
-    body = v.json_body(body_limit("worker"))
-    if "id" in body and body.pop("id") != project_id:
-        raise InvalidRequest("id in the body does not match the URL", details={"field": "id"})
-    body.pop("policy_version", None)  # owned by the server
-    project, created = service.put(project_id, body, partial=request.method == "PATCH")
-    return jsonify(service.summary(project)), 201 if created else 200
+    project, _ = service.put_contract(project_id, contract.json_body())
+    return jsonify(service.contract_summary(project))
 
 
 @bp.delete("/admin/projects/<project_id>")
+@v.declare(responses={204: None}, errors=_REFUSED, operation_id="deleteAdminProject",
+           summary="Delete a project and its jobs; refused while jobs are in flight")
 def delete_project(project_id):
     require("admin")
     service.delete(project_id)
     return "", 204
 
 
+def _job_list(value, path):
+    # No count limit: the 8 MiB body limit bounds a batch.
+    if not isinstance(value, list) or not value:
+        raise InvalidRequest("jobs must be a non-empty list of JobSpecs", details={"field": path})
+    return value
+
+
 @bp.post("/admin/projects/<project_id>/jobs")
+@v.declare(body={"jobs": v.custom(_job_list, v.list_of(S.JOB_SPEC, 1, None))},
+           responses={200: S.ENQUEUED}, errors=_REFUSED, operation_id="enqueueAdminProjectJobs")
 def enqueue_jobs(project_id):
+    """One atomic batch: every job goes in, or (on a conflict) none does."""
     require("admin")
-    body = v.check(v.json_body(body_limit("enqueue")), {"jobs": lambda value, path: value})
-    jobs = body["jobs"]
-    if not isinstance(jobs, list) or not 1 <= len(jobs) <= MAX_JOBS_PER_BATCH:
-        raise InvalidRequest(f"jobs must be a list of 1..{MAX_JOBS_PER_BATCH} JobSpecs",
-                             details={"field": "jobs"})
+    jobs = v.check(contract.json_body(), {"jobs": _job_list})["jobs"]
     project = service.get(project_id)
     specs = []
     for index, raw in enumerate(jobs):
@@ -64,73 +84,79 @@ def enqueue_jobs(project_id):
     return jsonify(project_id=project_id, submitted=result.submitted, inserted=result.inserted)
 
 
+SOURCE_TYPES = ("application/zstd", "application/octet-stream")
+
+
 @bp.post("/admin/projects/<project_id>/source")
+@v.declare(body=v.Media("application/zstd"), responses={200: S.SOURCE_IMPORTED}, errors=_REFUSED,
+           operation_id="enqueueAdminProjectSource",
+           description="application/octet-stream is accepted too; body at most 256 MiB")
 def enqueue_source(project_id):
+    """Stream a jobs-jsonl-zstd-v1 body in, committing batch by batch."""
     require("admin")
-    if request.mimetype != "application/zstd":
-        raise UnsupportedMediaType("expected application/zstd", details={"content_type": request.mimetype})
+    if request.mimetype not in SOURCE_TYPES:
+        raise UnsupportedMediaType("source body must be application/zstd", code="invalid_request",
+                                   details={"content_type": request.mimetype})
     cfg = current_app.config
     length = request.content_length
     if length is not None and length > cfg["SOURCE_MAX_COMPRESSED"]:
-        raise TooLarge("compressed source too large", details={"limit": cfg["SOURCE_MAX_COMPRESSED"],
-                                                               "committed": 0})
+        # Refused before reading, as a body over the limit; a stream that
+        # grows past it is a decoding error (400 invalid_job) instead.
+        raise TooLarge("compressed source too large", code="invalid_request",
+                       details={"limit": cfg["SOURCE_MAX_COMPRESSED"], "committed": 0})
     limits = Limits(max_compressed=cfg["SOURCE_MAX_COMPRESSED"], max_expanded=cfg["SOURCE_MAX_EXPANDED"],
                     max_jobs=cfg["SOURCE_MAX_JOBS"], max_line=cfg["SOURCE_MAX_LINE"],
                     max_window=cfg["SOURCE_MAX_WINDOW"])
     result = source_import.import_source(project_id, request.stream, limits=limits,
                                          batch_size=cfg["SOURCE_BATCH"])
-    return jsonify(jobs=result.jobs, inserted=result.inserted,
+    return jsonify(project_id=project_id, jobs=result.jobs, inserted=result.inserted,
                    uncompressed_bytes=result.uncompressed_bytes)
 
 
-def _decimal(raw: str) -> bool:
-    # str.isdigit() also accepts "²" and other digits int() refuses.
-    return raw.isascii() and raw.isdigit()
-
-
-def _job_id(raw: str) -> int:
-    if not _decimal(raw) or len(raw) > 18:
-        raise InvalidRequest("job id must be a decimal job_id", details={"field": "job_id"})
-    return int(raw)
-
-
 @bp.get("/admin/projects/<project_id>/jobs")
+@v.declare(query=S.JOB_QUERY, responses={200: S.JOB_LIST}, operation_id="listAdminProjectJobs",
+           summary="Jobs in job-id order after the cursor")
 def list_jobs(project_id):
     require("admin")
+    status, after, limit = params.contract_job_query(request.args)
     service.get(project_id)
-    args = request.args
-    unknown = set(args) - {"status", "after_job_id", "limit"}
-    if unknown:
-        raise InvalidRequest(f"unknown query parameter {sorted(unknown)[0]!r}")
-    status = args.get("status") or None
-    if status is not None and not jobs_admin.valid_status(status):
-        raise InvalidRequest("unknown status", details={"field": "status"})
-    after = _job_id(args["after_job_id"]) if args.get("after_job_id") else None
-    limit_raw = args.get("limit", "100")
-    if not _decimal(limit_raw) or not 1 <= int(limit_raw) <= 200:
-        raise InvalidRequest("limit must be 1..200", details={"field": "limit"})
-    return jsonify(jobs_admin.list_jobs(project_id, status=status, after_job_id=after,
-                                        limit=int(limit_raw)))
+    return jsonify(jobs_admin.contract_list(project_id, status=status, after_job_id=after,
+                                            limit=limit))
 
 
 @bp.get("/admin/projects/<project_id>/jobs/<job_id>")
+@v.declare(responses={200: S.ADMIN_JOB}, errors=(400,), operation_id="getAdminProjectJob",
+           summary="One job")
 def show_job(project_id, job_id):
     require("admin")
-    return jsonify(jobs_admin.detail(project_id, _job_id(job_id)))
+    return jsonify(jobs_admin.contract_detail(project_id, params.job_id(job_id)))
 
 
 @bp.post("/admin/projects/<project_id>/jobs/<job_id>/requeue")
+@v.declare(responses={204: None}, errors=(400,), operation_id="requeueAdminProjectJob",
+           summary="Requeue a failed or reset_exhausted job")
 def requeue_job(project_id, job_id):
     require("admin")
-    return jsonify(jobs_admin.requeue(project_id, _job_id(job_id)))
-
-
-@bp.delete("/admin/projects/<project_id>/jobs/<job_id>")
-def delete_job(project_id, job_id):
-    require("admin")
-    jobs_admin.delete(project_id, _job_id(job_id))
+    with _unknown_job_is_invalid():
+        jobs_admin.requeue(project_id, params.job_id(job_id))
     return "", 204
 
 
-# The user and machine-token routes register on ``bp`` from their own module.
-from app.api import admin_users  # noqa: E402,F401
+@bp.delete("/admin/projects/<project_id>/jobs/<job_id>")
+@v.declare(responses={204: None}, errors=(400,), operation_id="deleteAdminProjectJob",
+           summary="Delete a job that is not in flight")
+def delete_job(project_id, job_id):
+    require("admin")
+    with _unknown_job_is_invalid():
+        jobs_admin.delete(project_id, params.job_id(job_id))
+    return "", 204
+
+
+@contextmanager
+def _unknown_job_is_invalid():
+    """SavewebHQ answers requeue and delete of a job it cannot find (or of an
+    unknown project) as 400 invalid_request, like a job in the wrong state."""
+    try:
+        yield
+    except NotFound as exc:
+        raise InvalidRequest(exc.message, details=exc.details) from None

@@ -10,10 +10,10 @@ from __future__ import annotations
 from flask import jsonify
 
 from app.accounts import service as accounts
-from app.api import bp
+from app.api import bp, contract
 from app.api import validate as v
 from app.api.auth import body_limit, require
-from app.errors import InvalidRequest, NotFound, TooLarge, UnsupportedMediaType
+from app.errors import InvalidRequest, NotFound
 from workers.protocol import is_identifier
 
 STATUS = v.one_of("pending", "active", "suspended")
@@ -51,11 +51,7 @@ def _user_id(raw: str) -> str:
 def _savewebhq_body(schema: dict) -> dict:
     """A body as SavewebHQ reads it on its operations: up to 8 MiB, and a
     wrong content type or an oversized body is 400 invalid_request."""
-    try:
-        raw = v.json_body(body_limit("api"))
-    except (TooLarge, UnsupportedMediaType) as exc:
-        raise InvalidRequest(exc.message, details=exc.details) from None
-    return v.check(raw, schema)
+    return v.check(contract.json_body(), schema)
 
 
 @bp.get("/admin/users")

@@ -10,10 +10,10 @@ import time
 
 from flask import current_app, jsonify
 
-from app.api import bp
+from app.api import bp, contract
 from app.api import validate as v
-from app.api.auth import bearer, body_limit, check_client_version, principal, worker_call
-from app.errors import Conflict, TooLarge, UnsupportedMediaType
+from app.api.auth import bearer, check_client_version, principal, worker_call
+from app.errors import Conflict
 from app.extensions import db
 from app.fleet import service as fleet
 from app.projects import leasing, service, wakeups
@@ -34,7 +34,8 @@ CLAIM = {
     # Empty, omitted or null: every type (SavewebHQ's Python SDK sends [],
     # its Go SDK null).
     "accept_types": v.Optional(_nullable(v.list_of(v.one_of(*JOB_TYPES), 0, 16))),
-    "policy_version": v.Optional(v.int_range(0, 2**63 - 1, nullable=True)),
+    # SavewebHQ requires it (≥ 1); FleetHQ also takes a claim without it.
+    "policy_version": v.Optional(v.int_range(1, 2**63 - 1)),
     "wait_ms": v.Optional(v.int_range(0, 30_000)),
 }
 
@@ -152,10 +153,7 @@ def _read_json() -> tuple[dict | None, v.InvalidRequest | None]:
     checks the client version before it looks at the body, so body errors
     are raised only after those checks."""
     try:
-        return v.json_body(body_limit("api")), None
-    except (TooLarge, UnsupportedMediaType) as exc:
-        # SavewebHQ answers these as 400 invalid_request on its operations.
-        return None, v.InvalidRequest(exc.message, details=exc.details)
+        return contract.json_body(), None
     except v.InvalidRequest as exc:
         return None, exc
 

@@ -22,7 +22,7 @@ def job(job_id):
         detail = jobs_admin.detail(project_id, job_id)
     except (InvalidRequest, NotFound):
         abort(404)
-    attempt_ids = [int(a["attempt_id"]) for a in detail["attempt_history"]]
+    attempt_ids = [a["number"] for a in detail["attempt_history"]]
     return render_template("admin/job.html", project_id=project_id, job=detail,
                            receipts=receipts.for_job(job_id),
                            deliveries=admin_lookups.deliveries_for_attempts(project_id, attempt_ids))
@@ -37,9 +37,10 @@ def _project_of(raw_job_id):
 def requeue_job(job_id):
     def run():
         project_id, jid = _project_of(job_id)
-        return jobs_admin.requeue(project_id, jid)
+        jobs_admin.requeue(project_id, jid)
+        return jid
 
-    return attempt(run, lambda j: f"Job {j['job_id']} is back in the queue.", "admin.job",
+    return attempt(run, lambda jid: f"Job {jid} is back in the queue.", "admin.job",
                    job_id=job_id)
 
 

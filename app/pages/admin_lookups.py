@@ -11,8 +11,6 @@ from app.accounts import service as accounts
 from app.errors import NotFound
 from app.extensions import db
 from app.hooks import deliveries
-from app.projects import jobs_admin
-from app.projects.models import JOB_STATES
 
 
 def project_of_job(job_id: int) -> str:
@@ -21,27 +19,6 @@ def project_of_job(job_id: int) -> str:
     if project_id is None:
         raise NotFound(f"job {job_id} not found", details={"job_id": str(job_id)})
     return project_id
-
-
-def job_page(project_id: str, *, status: str | None, after_job_id: int | None, limit: int) -> dict:
-    """One page of jobs in job-id order, optionally of one state.
-
-    Without a state filter the page is merged from one cursor query per
-    state: each is a short range scan of the (project, state, id) index,
-    whereas a single ``WHERE project_id = … ORDER BY id`` has no index of its
-    own and would walk every other project's jobs or sort a whole project.
-    """
-    if status is not None:
-        return jobs_admin.list_jobs(project_id, status=status, after_job_id=after_job_id,
-                                    limit=limit)
-    merged = []
-    for state in JOB_STATES:
-        merged += jobs_admin.list_jobs(project_id, status=state, after_job_id=after_job_id,
-                                       limit=limit)["jobs"]
-    merged.sort(key=lambda job: int(job["job_id"]))
-    jobs = merged[:limit]
-    more = len(merged) > limit
-    return {"jobs": jobs, "next_after_job_id": jobs[-1]["job_id"] if more else None}
 
 
 def deliveries_for_attempts(project_id: str, attempt_ids: list[int]) -> list[dict]:

@@ -7,7 +7,7 @@ from flask import abort, render_template, request
 
 from app.errors import FleetError, InvalidRequest, NotFound
 from app.extensions import db
-from app.pages import admin_lookups, aggregates, charts
+from app.pages import aggregates, charts
 from app.pages.admin import attempt, bp, done, explain, refuse
 from app.projects import jobs_admin, policy, service
 from app.projects.models import JOB_STATES
@@ -66,7 +66,9 @@ def policy_from_form(form, allowed) -> dict:
         elif name in RATES:
             fields[name] = _rate(name, raw)
         elif name == "client_versions":
-            fields[name] = [v.strip() for v in raw.splitlines() if v.strip()]
+            # One version a line; blank lines, stray spaces and repeats are
+            # typing slips in a text box, not values (the API refuses them).
+            fields[name] = list(dict.fromkeys(v.strip() for v in raw.splitlines() if v.strip()))
         else:
             fields[name] = raw.strip()
     return fields
@@ -125,7 +127,7 @@ def project(project_id):
         status, after = _filters()
     except InvalidRequest as exc:
         return refuse(exc.message, "admin.project", project_id=project_id)
-    page = admin_lookups.job_page(project_id, status=status, after_job_id=after, limit=PAGE_SIZE)
+    page = jobs_admin.list_jobs(project_id, status=status, after_job_id=after, limit=PAGE_SIZE)
     _, per_minute = aggregates.throughput([project_id])
     chart = charts.throughput({kind: per_minute[kind][project_id] for kind in aggregates.KINDS},
                               title_suffix=f", {project_id}")

@@ -83,22 +83,38 @@ def _same_job(a: dict, b: dict) -> bool:
 def collapse_duplicates(specs: list[dict], mode: str, offset: int = 0) -> list[tuple[int, dict]]:
     """Drop identical in-batch duplicates; a differing duplicate is a conflict.
 
+    ``random_key`` is not job data, but a batch may not name two keys for one
+    job (A5): copies that name different keys are a conflict, and a key named
+    by any copy is the job's key.
+
     Returns (index, spec) pairs of the first occurrence of each identity.
     """
     if mode == "none":
         return list(enumerate(specs, offset))
-    first: dict = {}
-    kept = []
+    position: dict = {}  # identity -> its place in ``kept``
+    kept: list[tuple[int, dict]] = []
     for index, spec in enumerate(specs, offset):
         key = _identity(spec, mode)
-        seen = first.get(key)
-        if seen is None:
-            first[key] = (index, spec)
+        place = position.get(key)
+        if place is None:
+            position[key] = len(kept)
             kept.append((index, spec))
-        elif not _same_job(seen[1], spec):
+            continue
+        first_index, first = kept[place]
+        if not _same_job(first, spec):
             raise Conflict("two jobs in this batch share an identity but differ",
                            code="identity_conflict",
-                           details={"index": index, "first_index": seen[0], "id": spec.get("id")})
+                           details={"index": index, "first_index": first_index, "id": spec.get("id")})
+        named = spec.get("random_key")
+        if named is None:
+            continue
+        if first.get("random_key") is None:
+            kept[place] = (first_index, {**first, "random_key": named})
+        elif first["random_key"] != named:
+            raise Conflict("two copies of one job in this batch name different random keys",
+                           code="identity_conflict",
+                           details={"index": index, "first_index": first_index,
+                                    "id": spec.get("id"), "field": "random_key"})
     return kept
 
 
@@ -148,7 +164,7 @@ def insert_batch(project: Project, specs: list[dict], *, offset: int = 0) -> Enq
         if clash is not None:
             raise Conflict("a job with this identity exists with different fields",
                            code="identity_conflict",
-                           details={"index": clash[0], "job_id": str(clash[1]),
+                           details={"index": clash[0], "job_id": clash[1],
                                     "id": specs[clash[0] - offset].get("id")})
     return EnqueueResult(len(specs), inserted)
 

@@ -1,69 +1,178 @@
-"""Admin views of jobs: paged lists, detail with attempt history, requeue, delete."""
+"""Admin views of jobs — cursor-paged lists and details in two shapes — and
+the admin's requeue and delete.
+
+Two shapes of the same rows: the v1 contract's AdminJob (``contract_*``;
+five statuses, a ``staged`` job shown as ``wip``, the current attempt only
+while the job is in flight) and FleetHQ's full view (every state, attempt
+history, ``not_before``, ``deadline_at``).
+"""
 from __future__ import annotations
 
 from sqlalchemy import text
 
-from app.errors import Conflict, NotFound
+from app.errors import InvalidRequest, NotFound
 from app.extensions import db
 from app.projects import wakeups
 from app.projects.models import JOB_STATES
 
-_COLUMNS = ("id, ext_id, value, type, via, hops, attr, random_key, state, created_at, updated_at, "
-            "not_before, deadline_at, current_attempt_id, worker_id, lease_expires_at, resets, "
-            "attempts_count, last_error")
+CONTRACT_STATUSES = ("todo", "wip", "done", "failed", "reset_exhausted")
+# The jobs states each contract status stands for.
+_CONTRACT_STATES = {**{s: (s,) for s in CONTRACT_STATUSES}, "wip": ("wip", "staged")}
+_LIVE = ("wip", "staged")
+_FINISHED = ("done", "failed", "reset_exhausted")
+
+# The current attempt comes along for its wire id and, once the job is done,
+# the payload its completion stored: {"outcome": …, "artifact_receipts": […]}.
+_SELECT = """
+SELECT j.id, j.ext_id, j.value, j.type, j.via, j.hops, j.attr, j.random_key, j.state,
+       j.created_at, j.updated_at, j.not_before, j.deadline_at, j.current_attempt_id,
+       j.worker_id, j.lease_expires_at, j.resets, j.attempts_count, j.last_error,
+       a.wire_id AS attempt_wire_id,
+       CASE WHEN j.state = 'done' THEN a.outcome END AS done_payload
+FROM jobs j LEFT JOIN attempts a ON a.id = j.current_attempt_id
+"""
 
 
 def _ts(value):
     return int(value.timestamp()) if value is not None else None
 
 
-def _job_dict(row) -> dict:
+def _spec(m) -> dict:
+    """The JobSpec fields that are set, as a worker's claim shows them."""
+    spec = {}
+    if m["ext_id"] is not None:
+        spec["id"] = m["ext_id"]
+    spec["value"] = m["value"]
+    spec["type"] = m["type"]
+    for name in ("via", "hops", "attr"):
+        if m[name] is not None:
+            spec[name] = m[name]
+    return spec
+
+
+def _full_job(row) -> dict:
     m = row._mapping
     return {
-        "job_id": str(m["id"]), "id": m["ext_id"], "value": m["value"], "type": m["type"],
+        "job_id": m["id"], "id": m["ext_id"], "value": m["value"], "type": m["type"],
         "via": m["via"], "hops": m["hops"], "attr": m["attr"], "random_key": m["random_key"],
         "state": m["state"], "created_at": _ts(m["created_at"]), "updated_at": _ts(m["updated_at"]),
         "not_before": _ts(m["not_before"]), "deadline_at": _ts(m["deadline_at"]),
-        "current_attempt_id": str(m["current_attempt_id"]) if m["current_attempt_id"] else None,
+        "current_attempt_id": (m["attempt_wire_id"] or str(m["current_attempt_id"])
+                               if m["current_attempt_id"] else None),
         "worker_id": m["worker_id"], "lease_expires_at": _ts(m["lease_expires_at"]),
         "resets": m["resets"], "attempts": m["attempts_count"], "last_error": m["last_error"],
     }
 
 
+def _outcome(payload) -> dict | None:
+    outcome = payload.get("outcome") if isinstance(payload, dict) else None
+    if not isinstance(outcome, dict):
+        return None  # pdf jobs end with an archived upload, not a worker's outcome
+    return {"kind": outcome.get("kind"), "code": outcome.get("code"), "uri": outcome.get("uri"),
+            "meta": outcome.get("meta") or {}}
+
+
+def _receipts(payload) -> list:
+    receipts = payload.get("artifact_receipts") if isinstance(payload, dict) else None
+    return list(receipts) if isinstance(receipts, list) else []
+
+
+def _execution_error(error) -> dict | None:
+    if not isinstance(error, dict) or not isinstance(error.get("code"), str):
+        return None
+    message = error.get("message")
+    return {"code": error["code"], "message": message if isinstance(message, str) else "",
+            "details": error.get("details") or {}}
+
+
+def _contract_job(row) -> dict:
+    """The contract's AdminJob. The attempt, worker and lease are shown only
+    while the job is in flight; a done job shows the outcome and receipts
+    its completion stored and no error; ``completed_at`` is when it ended."""
+    m = row._mapping
+    state = m["state"]
+    live, done = state in _LIVE, state == "done"
+    attempt_id = None
+    if live and m["current_attempt_id"] is not None:
+        attempt_id = m["attempt_wire_id"] or str(m["current_attempt_id"])
+    return {
+        **_spec(m),
+        "job_id": m["id"],
+        "random_key": m["random_key"],
+        "status": "wip" if state == "staged" else state,
+        "attempt_id": attempt_id,
+        "worker_id": m["worker_id"] if live else None,
+        "lease_expires_at": _ts(m["lease_expires_at"]) if live else None,
+        "reset_count": m["resets"],
+        "outcome": _outcome(m["done_payload"]) if done else None,
+        "artifact_receipts": _receipts(m["done_payload"]) if done else [],
+        "execution_error": None if done else _execution_error(m["last_error"]),
+        "created_at": _ts(m["created_at"]),
+        "updated_at": _ts(m["updated_at"]),
+        "completed_at": _ts(m["updated_at"]) if state in _FINISHED else None,
+    }
+
+
+def _page(project_id: str, states, after_job_id: int | None, limit: int) -> tuple[list, int | None]:
+    """Rows of these states in job-id order after the cursor, and the next cursor.
+
+    One query per state: each is a short range scan of the (project, state,
+    id) index, whereas a single ``WHERE project_id = … ORDER BY id`` has no
+    index of its own and would walk other projects' jobs or sort a whole
+    project. One extra row per state tells whether another page follows.
+    """
+    rows = []
+    for state in states:
+        rows += db.session.execute(text(
+            f"{_SELECT} WHERE j.project_id = :p AND j.state = :s AND j.id > :after "
+            "ORDER BY j.id LIMIT :n"),
+            {"p": project_id, "s": state, "after": after_job_id or 0, "n": limit + 1}).all()
+    rows.sort(key=lambda r: r.id)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, rows[-1].id if more else None
+
+
 def list_jobs(project_id: str, *, status: str | None, after_job_id: int | None, limit: int) -> dict:
-    """One page in job-id order; ``next_after_job_id`` continues it (cursor paging)."""
-    where = ["project_id = :p"]
-    params = {"p": project_id, "limit": limit}
-    if status is not None:
-        where.append("state = :s")
-        params["s"] = status
-    if after_job_id is not None:
-        where.append("id > :after")
-        params["after"] = after_job_id
-    rows = db.session.execute(text(
-        f"SELECT {_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY id LIMIT :limit"),
-        params).all()
-    jobs = [_job_dict(r) for r in rows]
-    more = len(rows) == limit
-    return {"jobs": jobs, "next_after_job_id": jobs[-1]["job_id"] if more else None}
+    """One page of FleetHQ's full job view, optionally of one state."""
+    rows, after = _page(project_id, (status,) if status else JOB_STATES, after_job_id, limit)
+    return {"jobs": [_full_job(r) for r in rows], "next_after_job_id": after}
+
+
+def contract_list(project_id: str, *, status: str | None, after_job_id: int | None,
+                  limit: int) -> dict:
+    """One page of contract AdminJobs; ``status=wip`` includes staged jobs."""
+    states = _CONTRACT_STATES[status] if status else JOB_STATES
+    rows, after = _page(project_id, states, after_job_id, limit)
+    return {"jobs": [_contract_job(r) for r in rows], "next_after_job_id": after}
 
 
 def _load(project_id: str, job_id: int):
-    row = db.session.execute(text(f"SELECT {_COLUMNS} FROM jobs WHERE id = :id AND project_id = :p"),
+    row = db.session.execute(text(f"{_SELECT} WHERE j.id = :id AND j.project_id = :p"),
                              {"id": job_id, "p": project_id}).first()
     if row is None:
         raise NotFound(f"job {job_id} not found in project {project_id!r}",
-                       details={"job_id": str(job_id)})
+                       details={"job_id": job_id})
     return row
 
 
+def contract_detail(project_id: str, job_id: int) -> dict:
+    return _contract_job(_load(project_id, job_id))
+
+
 def detail(project_id: str, job_id: int) -> dict:
-    job = _job_dict(_load(project_id, job_id))
+    """FleetHQ's full view with the attempt history, the artifact receipts of
+    the completing attempt and when the job ended."""
+    row = _load(project_id, job_id)
+    job = _full_job(row)
+    job["artifact_receipts"] = _receipts(row._mapping["done_payload"])
+    job["completed_at"] = job["updated_at"] if job["state"] in _FINISHED else None
     attempts = db.session.execute(text(
-        "SELECT id, worker_id, state, created_at, lease_expires_at, deadline_at, finished_at, "
-        "outcome, error FROM attempts WHERE job_id = :id ORDER BY id"), {"id": job_id}).all()
+        "SELECT id, COALESCE(wire_id, id::text) AS wire, worker_id, state, created_at, "
+        "lease_expires_at, deadline_at, finished_at, outcome, error "
+        "FROM attempts WHERE job_id = :id ORDER BY id"), {"id": job_id}).all()
     job["attempt_history"] = [{
-        "attempt_id": str(a.id), "worker_id": a.worker_id, "state": a.state,
+        "attempt_id": a.wire, "number": a.id, "worker_id": a.worker_id, "state": a.state,
         "created_at": _ts(a.created_at), "lease_expires_at": _ts(a.lease_expires_at),
         "deadline_at": _ts(a.deadline_at), "finished_at": _ts(a.finished_at),
         "outcome": a.outcome, "error": a.error} for a in attempts]
@@ -73,35 +182,49 @@ def detail(project_id: str, job_id: int) -> dict:
     return job
 
 
-def requeue(project_id: str, job_id: int) -> dict:
-    """Put a failed or exhausted job back in the queue with fresh counters. Commits."""
+def requeue(project_id: str, job_id: int) -> None:
+    """Put a failed or exhausted job back in the queue with fresh counters and
+    no error (A9). Commits.
+
+    Raises:
+        NotFound: no such job in this project.
+        InvalidRequest: the job is neither failed nor reset_exhausted.
+    """
     row = db.session.execute(text(
         "UPDATE jobs SET state = 'todo', resets = 0, not_before = now(), updated_at = now(), "
-        "lease_expires_at = NULL, deadline_at = now() + make_interval(secs => CAST("
-        "(SELECT task_timeout_seconds FROM projects WHERE id = :p) AS int)) "
+        "lease_expires_at = NULL, last_error = NULL, deadline_at = now() + make_interval(secs => "
+        "CAST((SELECT task_timeout_seconds FROM projects WHERE id = :p) AS int)) "
         "WHERE id = :id AND project_id = :p "
         "AND state IN ('failed', 'reset_exhausted') RETURNING id"),
         {"id": job_id, "p": project_id}).first()
     if row is None:
         current = _load(project_id, job_id)
-        raise Conflict(f"only failed or reset_exhausted jobs can be requeued (job is "
-                       f"{current.state})", code="invalid_transition",
-                       details={"state": current.state})
+        raise InvalidRequest(f"only failed or reset_exhausted jobs can be requeued (job "
+                             f"{job_id} is {current.state})", details={"state": current.state})
     wakeups.notify(project_id)
     db.session.commit()
-    return detail(project_id, job_id)
 
 
 def delete(project_id: str, job_id: int) -> None:
+    """Delete a job that is not in flight (A10). Commits.
+
+    Raises:
+        NotFound: no such job in this project.
+        InvalidRequest: the job is wip or staged.
+    """
     deleted = db.session.execute(text(
         "DELETE FROM jobs WHERE id = :id AND project_id = :p AND state NOT IN ('wip', 'staged') "
         "RETURNING id"), {"id": job_id, "p": project_id}).first()
     if deleted is None:
         current = _load(project_id, job_id)
-        raise Conflict(f"a {current.state} job cannot be deleted", code="invalid_transition",
-                       details={"state": current.state})
+        raise InvalidRequest(f"a {current.state} job cannot be deleted",
+                             details={"state": current.state})
     db.session.commit()
 
 
 def valid_status(status) -> bool:
     return status in JOB_STATES
+
+
+def valid_contract_status(status) -> bool:
+    return status in CONTRACT_STATUSES

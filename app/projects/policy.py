@@ -1,5 +1,5 @@
-"""Project policy (DESIGN §5): field rules, defaults per kind, and which
-changes bump ``policy_version``."""
+"""Project policy (DESIGN §5): field rules, defaults per kind, which changes
+bump ``policy_version``, and the v1 contract's project request."""
 from __future__ import annotations
 
 import math
@@ -7,10 +7,13 @@ import math
 from app.errors import InvalidRequest
 from workers.protocol import IDENTITY_MODES, is_identifier, is_int
 
-# Fields a worker's behaviour depends on: changing one bumps policy_version.
-SCHEDULING_FIELDS = frozenset({
-    "claim_order", "dispatch_qps", "worker_claim_qps", "max_jobs_per_claim", "max_resets",
-    "recommended_lease_seconds", "retry_backoff_seconds", "max_in_flight",
+# Fields a worker's behaviour or access depends on: changing one bumps
+# policy_version, so that workers re-read the policy (P4). As in the v1
+# contract, the claim order (applied by the server alone) and the status
+# (answered by 409 project_not_active) do not.
+VERSIONED_FIELDS = frozenset({
+    "dispatch_qps", "worker_claim_qps", "max_jobs_per_claim", "max_resets",
+    "recommended_lease_seconds", "client_versions", "retry_backoff_seconds", "max_in_flight",
     "max_worker_in_flight", "prefer_new_worker", "task_timeout_seconds",
     "attempt_timeout_seconds", "upload_timeout_seconds",
 })
@@ -84,13 +87,18 @@ def _bool(name, value):
 
 
 def _client_versions(name, value):
+    """Exact-match versions: each stored as given (never trimmed or merged),
+    so a bad entry is an error rather than an allow-list the admin did not type."""
     if not isinstance(value, list) or len(value) > 64:
         raise InvalidRequest(f"{name} must be a list of at most 64 strings", details={"field": name})
     for item in value:
-        if not isinstance(item, str) or not 1 <= len(item) <= 128 or not item.isprintable():
-            raise InvalidRequest(f"{name} entries must be printable strings of 1..128 characters",
-                                 details={"field": name})
-    return sorted(set(value))
+        if (not isinstance(item, str) or not 1 <= len(item.encode("utf-8", "surrogatepass")) <= 128
+                or not item.isprintable() or item.strip() != item):
+            raise InvalidRequest(f"{name} entries must be printable strings of 1..128 bytes without "
+                                 "surrounding whitespace", details={"field": name})
+    if len(set(value)) != len(value):
+        raise InvalidRequest(f"{name} entries must be unique", details={"field": name})
+    return sorted(value)
 
 
 RULES = {
@@ -129,3 +137,24 @@ def validate_project_id(project_id) -> str:
     if not is_identifier(project_id):
         raise InvalidRequest("project id must be 1..128 of [A-Za-z0-9._:-]", details={"field": "id"})
     return project_id
+
+
+# The v1 contract's AdminProjectRequest. Its optional fields mean, when
+# omitted on a change of an existing project: identity_mode and claim_order
+# keep the current value, max_resets and recommended_lease_seconds return to
+# their defaults. Fields it does not name (kind, FleetHQ's own policy) are
+# never touched by it.
+CONTRACT_REQUIRED = ("status", "dispatch_qps", "worker_claim_qps", "max_jobs_per_claim",
+                     "client_versions")
+CONTRACT_OPTIONAL = ("identity_mode", "claim_order", "max_resets", "recommended_lease_seconds")
+CONTRACT_KEPT_WHEN_OMITTED = ("identity_mode", "claim_order")
+
+
+def validate_contract_request(body: dict) -> dict:
+    """Check a contract project request: unknown fields and missing required
+    ones are errors, every given value is checked by its rule."""
+    clean = validate_fields(body, allow=CONTRACT_REQUIRED + CONTRACT_OPTIONAL)
+    for name in CONTRACT_REQUIRED:
+        if name not in clean:
+            raise InvalidRequest(f"{name} is required", details={"field": name})
+    return clean

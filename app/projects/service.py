@@ -11,6 +11,12 @@ from app.projects import counters, policy
 from app.projects.models import Project, ProjectDispatch
 
 SUMMARY_FIELDS = ("id",) + policy.POLICY_FIELDS + ("policy_version",)
+# The v1 contract's AdminProjectSummary: exactly these fields, plus
+# ``job_counts`` of the five contract states and the two timestamps.
+CONTRACT_SUMMARY_FIELDS = ("id", "status", "identity_mode", "claim_order", "dispatch_qps",
+                           "worker_claim_qps", "max_jobs_per_claim", "max_resets",
+                           "recommended_lease_seconds", "client_versions", "policy_version")
+CONTRACT_STATES = ("todo", "wip", "done", "failed", "reset_exhausted")
 
 
 @dataclass(frozen=True)
@@ -67,8 +73,46 @@ def get(project_id: str, *, lock: bool = False) -> Project:
     return project
 
 
+def _locked(project_id: str) -> Project | None:
+    return db.session.scalars(
+        select(Project).where(Project.id == project_id).with_for_update()).first()
+
+
+def _create(project_id: str, values: dict) -> Project:
+    project = Project(id=project_id, policy_version=1, **values)
+    db.session.add(project)
+    db.session.add(ProjectDispatch(project_id=project_id, tokens=0.0))
+    db.session.commit()
+    return project
+
+
+def _check_fixed(project: Project, clean: dict) -> None:
+    for name in policy.FIXED_FIELDS & clean.keys():
+        if clean[name] != getattr(project, name):
+            raise InvalidRequest(f"{name} is fixed at project creation", details={"field": name})
+
+
+def _change(project: Project, clean: dict) -> Project:
+    """Apply policy values to a locked project, bumping ``policy_version``
+    when a versioned field changes. Commits."""
+    bump = any(name in policy.VERSIONED_FIELDS and getattr(project, name) != value
+               for name, value in clean.items())
+    for name, value in clean.items():
+        setattr(project, name, value)
+    if bump:
+        project.policy_version += 1
+    project.updated_at = db.func.now()
+    db.session.commit()
+    if clean.get("status") == "active" or bump:
+        # A reactivated project or a looser policy may release waiting claimers.
+        from app.projects import wakeups
+        wakeups.notify(project.id)
+        db.session.commit()
+    return project
+
+
 def put(project_id: str, fields: dict, *, partial: bool) -> tuple[Project, bool]:
-    """Create a project or change its policy. Commits.
+    """Create a project or change its policy (FleetHQ's own semantics). Commits.
 
     Parameters:
         fields: policy fields (validated here).
@@ -84,51 +128,64 @@ def put(project_id: str, fields: dict, *, partial: bool) -> tuple[Project, bool]
     """
     policy.validate_project_id(project_id)
     clean = policy.validate_fields(fields)
-    project = db.session.scalars(
-        select(Project).where(Project.id == project_id).with_for_update()).first()
+    project = _locked(project_id)
     if project is None:
         if partial:
             raise not_found(project_id)
         values = policy.defaults(clean.get("kind", "generic"))
         values.update(clean)
-        project = Project(id=project_id, policy_version=1, **values)
-        db.session.add(project)
-        db.session.add(ProjectDispatch(project_id=project_id, tokens=0.0))
-        db.session.commit()
-        return project, True
-
-    for name in policy.FIXED_FIELDS & clean.keys():
-        if clean[name] != getattr(project, name):
-            raise InvalidRequest(f"{name} is fixed at project creation", details={"field": name})
+        return _create(project_id, values), True
+    _check_fixed(project, clean)
     if not partial:
         base = policy.defaults(project.kind)
         base.update({k: getattr(project, k) for k in policy.FIXED_FIELDS})
         base.update(clean)
         clean = base
-    bump = any(name in policy.SCHEDULING_FIELDS and getattr(project, name) != value
-               for name, value in clean.items())
-    for name, value in clean.items():
-        setattr(project, name, value)
-    if bump:
-        project.policy_version += 1
-    project.updated_at = db.func.now()
-    db.session.commit()
-    if clean.get("status") == "active" or bump:
-        # A reactivated project or a looser policy may release waiting claimers.
-        from app.projects import wakeups
-        wakeups.notify(project_id)
-        db.session.commit()
-    return project, False
+    return _change(project, clean), False
+
+
+def put_contract(project_id: str, fields: dict) -> tuple[Project, bool]:
+    """Create a project or change it with the v1 contract's PUT. Commits.
+
+    A new project is generic with the defaults for what the request leaves
+    out. On an existing project the request sets the fields it names, keeps
+    ``identity_mode`` and ``claim_order`` when omitted, returns an omitted
+    ``max_resets`` / ``recommended_lease_seconds`` to its default, and never
+    touches the kind or FleetHQ's own fields (a pdf project stays pdf).
+
+    Raises:
+        InvalidRequest: unknown or missing fields, bad values, or a
+        different ``identity_mode``.
+    """
+    policy.validate_project_id(project_id)
+    clean = policy.validate_contract_request(fields)
+    project = _locked(project_id)
+    if project is None:
+        values = policy.defaults("generic")
+        values.update(clean)
+        return _create(project_id, values), True
+    _check_fixed(project, clean)
+    defaults = policy.defaults(project.kind)
+    for name in policy.CONTRACT_OPTIONAL:
+        if name not in clean and name not in policy.CONTRACT_KEPT_WHEN_OMITTED:
+            clean[name] = defaults[name]
+    return _change(project, clean), False
 
 
 def delete(project_id: str) -> None:
+    """Delete a project and its jobs (A4). Commits.
+
+    Raises:
+        NotFound: no such project.
+        InvalidRequest: jobs are in flight (wip or staged).
+    """
     project = get(project_id, lock=True)
     live = db.session.execute(text(
         "SELECT count(*) FROM jobs WHERE project_id = :p AND state IN ('wip', 'staged')"),
         {"p": project_id}).scalar()
     if live:
-        raise Conflict(f"project has {live} jobs in flight; drain it first",
-                       code="invalid_transition", details={"in_flight": live})
+        raise InvalidRequest(f"project has {live} jobs in flight; drain it first",
+                             details={"in_flight": live})
     db.session.delete(project)
     db.session.flush()
     counters.forget_project(project_id)
@@ -136,6 +193,7 @@ def delete(project_id: str) -> None:
 
 
 def summary(project: Project, counts: dict | None = None) -> dict:
+    """FleetHQ's full view: kind, every policy field, counts of all six states."""
     out = {name: getattr(project, name) for name in SUMMARY_FIELDS}
     out["job_counts"] = counts if counts is not None else counters.job_counts([project.id])[project.id]
     out["created_at"] = int(project.created_at.timestamp())
@@ -143,10 +201,32 @@ def summary(project: Project, counts: dict | None = None) -> dict:
     return out
 
 
-def list_summaries(limit: int = 500) -> list[dict]:
+def contract_counts(counts: dict) -> dict:
+    """The five contract states; a ``staged`` job (an upload waiting for its
+    archive commit) is still in flight, so it counts as ``wip``."""
+    out = {state: counts.get(state, 0) for state in CONTRACT_STATES}
+    out["wip"] += counts.get("staged", 0)
+    return out
+
+
+def contract_summary(project: Project, counts: dict | None = None) -> dict:
+    """The v1 contract's AdminProjectSummary: exactly its 14 fields."""
+    if counts is None:
+        counts = counters.job_counts([project.id])[project.id]
+    out = {name: getattr(project, name) for name in CONTRACT_SUMMARY_FIELDS}
+    out["client_versions"] = list(project.client_versions)
+    out["job_counts"] = contract_counts(counts)
+    out["created_at"] = int(project.created_at.timestamp())
+    out["updated_at"] = int(project.updated_at.timestamp())
+    return out
+
+
+def list_summaries(limit: int = 500, *, view=summary) -> list[dict]:
+    """Projects in id order, each rendered by ``view`` (``summary`` or
+    ``contract_summary``); the counts of all of them come from one query."""
     projects = db.session.scalars(select(Project).order_by(Project.id).limit(limit)).all()
     counts = counters.job_counts([p.id for p in projects])
-    return [summary(p, counts[p.id]) for p in projects]
+    return [view(p, counts[p.id]) for p in projects]
 
 
 def worker_policy(project: Project, refresh_ms: int) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from app.errors import Conflict, InvalidJob, TooLarge
+from app.errors import Conflict, InvalidJob
 from app.extensions import db
 from app.projects import enqueue, service, wakeups
 from workers.source import Limits, SourceError, SourceReader
@@ -21,8 +21,10 @@ def import_source(project_id: str, stream: BinaryIO, *, limits: Limits, batch_si
     """Read, validate and insert; each batch commits on its own.
 
     Raises:
-        InvalidJob / TooLarge / Conflict: with ``details.committed`` — the
-        number of jobs already committed — and the failing line when known.
+        InvalidJob: the body breaks the format or a limit (as the contract
+            has it, any source that cannot be read is an invalid job), or
+        Conflict: both with ``details.committed`` — the number of jobs
+            already committed — and the failing line when known.
     """
     project = service.get(project_id)
     service.ensure_status(project, "active", "draining")
@@ -50,10 +52,8 @@ def import_source(project_id: str, stream: BinaryIO, *, limits: Limits, batch_si
         flush()
     except SourceError as exc:
         db.session.rollback()
-        details = {"committed": committed, "line": exc.line, "field": exc.field}
-        if exc.kind == "too_large":
-            raise TooLarge(str(exc), details=details) from None
-        raise InvalidJob(str(exc), details=details) from None
+        raise InvalidJob(str(exc), details={"committed": committed, "line": exc.line,
+                                            "field": exc.field}) from None
     except Conflict as exc:
         db.session.rollback()
         exc.details = {**exc.details, "committed": committed,
