@@ -22,7 +22,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--examples", type=int, default=400, help="per operation")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--workers", type=int, default=2, help="schemathesis workers")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="schemathesis workers (threads: Python 3.11's ast is not thread-safe)")
     args = parser.parse_args()
 
     url = fresh_database("fleethq_bench_fuzz")

@@ -77,7 +77,7 @@ def seed_master(base: str, token: str) -> None:
 
 
 def run(base: str, token: str, *, admin_id: str, max_examples: int, seed: int = 1,
-        workers: int = 2, phases: str = "examples,coverage,fuzzing",
+        workers: int = 1, phases: str = "examples,coverage,fuzzing",
         timeout_s: float = 900) -> FuzzResult:
     """Run schemathesis' CLI against ``base``; ``admin_id`` is the token's user
     (the hooks keep the fuzzer from locking itself out)."""
