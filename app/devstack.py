@@ -32,12 +32,12 @@ FleetHQ (development mode) is ready at {base}/
   dev admin machine token: {token}   (also in {token_file})
 
 Try this in another shell:
-  export FLEETHQ_MASTER={base} FLEETHQ_TOKEN=$(cat {token_file})
+  export HQ_URL={base} HQ_MACHINE_TOKEN_FILE={token_file}
   .venv/bin/hqctl whoami
   .venv/bin/hqctl project get {DEMO_PROJECT}
-  seq 1 1000 | sed 's|^|https://example.org/n/|' | .venv/bin/hqctl enqueue {DEMO_PROJECT}
+  seq 1 1000 | sed 's|^|https://example.org/n/|' | .venv/bin/hqctl enqueue --project-id {DEMO_PROJECT}
   .venv/bin/hqctl jobs list {DEMO_PROJECT} --status todo --limit 5
-  curl -s $FLEETHQ_MASTER/metrics | grep fleethq_queue_depth
+  curl -s $HQ_URL/metrics | grep fleethq_queue_depth
   .venv/bin/flask --app wsgi fleet projects     # host commands find this stack (var/devstack.json)
 
 Ctrl-C stops everything; data stays in var/ for the next `make dev`.
