@@ -92,6 +92,8 @@ def load(overrides: dict | None = None) -> dict:
         found = devstate.live_urls(cfg["DATA_DIR"])
         if "REDIS_URL" in overrides or os.environ.get("REDIS_URL") or os.environ.get("FLEETHQ_REDIS_URL"):
             found.pop("REDIS_URL", None)
+        if cfg.get("SECRET_KEY") or cfg.get("SECRET_KEY_FILE"):
+            found.pop("SECRET_KEY_FILE", None)
         cfg.update(found)
     if os.environ.get("FLEETHQ_SECRET_KEY") and os.environ.get("FLEETHQ_SECRET_KEY_FILE"):
         raise ValueError("set FLEETHQ_SECRET_KEY or FLEETHQ_SECRET_KEY_FILE, not both")

@@ -65,13 +65,18 @@ def run(args) -> int:
     stack = Stack(var)
     try:
         services = stack.services()
-        # Lets `flask --app wsgi fleet …` in another shell find this stack.
-        devstate.write(var, database_url=services["DATABASE_URL"], redis_url=services["REDIS_URL"])
         env = {**os.environ, **services,
                "FLEETHQ_DEV_MODE": "true", "FLEETHQ_DATA_DIR": str(var),
                "FLEETHQ_BIND": f"127.0.0.1:{port}", "PYTHONUNBUFFERED": "1"}
-        if not env.get("FLEETHQ_SECRET_KEY_FILE"):
-            env.setdefault("FLEETHQ_SECRET_KEY", secret_key(var))
+        key_file = None
+        if not env.get("FLEETHQ_SECRET_KEY_FILE") and not env.get("FLEETHQ_SECRET_KEY"):
+            secret_key(var)
+            key_file = str(var / "secret_key")
+            env["FLEETHQ_SECRET_KEY_FILE"] = key_file
+        # Lets `flask --app wsgi fleet …` in another shell find this stack,
+        # and seal machine tokens under the same key as its web processes.
+        devstate.write(var, database_url=services["DATABASE_URL"], redis_url=services["REDIS_URL"],
+                       secret_key_file=key_file)
         env.setdefault("FLEETHQ_LOG_JSON", "false")  # readable lines in a terminal
 
         stack.run_step("migrate", [py, "-m", "flask", "--app", "wsgi", "db", "upgrade"], env)
