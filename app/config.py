@@ -50,6 +50,9 @@ class Defaults:
     # GitHub Enterprise) can point them elsewhere.
     GITHUB_CLIENT_ID = None
     GITHUB_CLIENT_SECRET = None
+    # The callback registered with the GitHub OAuth App; SavewebHQ's apps use
+    # /auth/github/callback, which is served too.
+    GITHUB_CALLBACK_PATH = "/login/github/callback"
     GITHUB_ORG = None
     GITHUB_ADMIN_TEAM = None
     GITHUB_AUTHORIZE_URL = "https://github.com/login/oauth/authorize"
