@@ -36,6 +36,8 @@ class Defaults:
     SOURCE_BATCH = 20_000
     # Lazy lease reaping done inside a claim, per request.
     CLAIM_REAP_LIMIT = 64
+    # Per-worker claim audit rows of paced projects (SavewebHQ's claim buckets).
+    CLAIM_BUCKET_RETENTION_DAYS = 30
     LONG_POLL_MAX_MS = 30_000
     # Refresh hint sent with the project policy.
     POLICY_REFRESH_MS = 60_000
