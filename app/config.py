@@ -36,6 +36,8 @@ class Defaults:
     SOURCE_BATCH = 20_000
     # Lazy lease reaping done inside a claim, per request.
     CLAIM_REAP_LIMIT = 64
+    # Per-worker claim audit rows of paced projects (SavewebHQ's claim buckets).
+    CLAIM_BUCKET_RETENTION_DAYS = 30
     LONG_POLL_MAX_MS = 30_000
     # Refresh hint sent with the project policy.
     POLICY_REFRESH_MS = 60_000
@@ -50,6 +52,9 @@ class Defaults:
     # GitHub Enterprise) can point them elsewhere.
     GITHUB_CLIENT_ID = None
     GITHUB_CLIENT_SECRET = None
+    # The callback registered with the GitHub OAuth App; SavewebHQ's apps use
+    # /auth/github/callback, which is served too.
+    GITHUB_CALLBACK_PATH = "/login/github/callback"
     GITHUB_ORG = None
     GITHUB_ADMIN_TEAM = None
     GITHUB_AUTHORIZE_URL = "https://github.com/login/oauth/authorize"
@@ -92,6 +97,8 @@ def load(overrides: dict | None = None) -> dict:
         found = devstate.live_urls(cfg["DATA_DIR"])
         if "REDIS_URL" in overrides or os.environ.get("REDIS_URL") or os.environ.get("FLEETHQ_REDIS_URL"):
             found.pop("REDIS_URL", None)
+        if cfg.get("SECRET_KEY") or cfg.get("SECRET_KEY_FILE"):
+            found.pop("SECRET_KEY_FILE", None)
         cfg.update(found)
     if os.environ.get("FLEETHQ_SECRET_KEY") and os.environ.get("FLEETHQ_SECRET_KEY_FILE"):
         raise ValueError("set FLEETHQ_SECRET_KEY or FLEETHQ_SECRET_KEY_FILE, not both")

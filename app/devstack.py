@@ -32,12 +32,12 @@ FleetHQ (development mode) is ready at {base}/
   dev admin machine token: {token}   (also in {token_file})
 
 Try this in another shell:
-  export FLEETHQ_MASTER={base} FLEETHQ_TOKEN=$(cat {token_file})
+  export HQ_URL={base} HQ_MACHINE_TOKEN_FILE={token_file}
   .venv/bin/hqctl whoami
   .venv/bin/hqctl project get {DEMO_PROJECT}
-  seq 1 1000 | sed 's|^|https://example.org/n/|' | .venv/bin/hqctl enqueue {DEMO_PROJECT}
+  seq 1 1000 | sed 's|^|https://example.org/n/|' | .venv/bin/hqctl enqueue --project-id {DEMO_PROJECT}
   .venv/bin/hqctl jobs list {DEMO_PROJECT} --status todo --limit 5
-  curl -s $FLEETHQ_MASTER/metrics | grep fleethq_queue_depth
+  curl -s $HQ_URL/metrics | grep fleethq_queue_depth
   .venv/bin/flask --app wsgi fleet projects     # host commands find this stack (var/devstack.json)
 
 Ctrl-C stops everything; data stays in var/ for the next `make dev`.
@@ -65,13 +65,18 @@ def run(args) -> int:
     stack = Stack(var)
     try:
         services = stack.services()
-        # Lets `flask --app wsgi fleet …` in another shell find this stack.
-        devstate.write(var, database_url=services["DATABASE_URL"], redis_url=services["REDIS_URL"])
         env = {**os.environ, **services,
                "FLEETHQ_DEV_MODE": "true", "FLEETHQ_DATA_DIR": str(var),
                "FLEETHQ_BIND": f"127.0.0.1:{port}", "PYTHONUNBUFFERED": "1"}
-        if not env.get("FLEETHQ_SECRET_KEY_FILE"):
-            env.setdefault("FLEETHQ_SECRET_KEY", secret_key(var))
+        key_file = None
+        if not env.get("FLEETHQ_SECRET_KEY_FILE") and not env.get("FLEETHQ_SECRET_KEY"):
+            secret_key(var)
+            key_file = str(var / "secret_key")
+            env["FLEETHQ_SECRET_KEY_FILE"] = key_file
+        # Lets `flask --app wsgi fleet …` in another shell find this stack,
+        # and seal machine tokens under the same key as its web processes.
+        devstate.write(var, database_url=services["DATABASE_URL"], redis_url=services["REDIS_URL"],
+                       secret_key_file=key_file)
         env.setdefault("FLEETHQ_LOG_JSON", "false")  # readable lines in a terminal
 
         stack.run_step("migrate", [py, "-m", "flask", "--app", "wsgi", "db", "upgrade"], env)

@@ -24,14 +24,16 @@ STATE_FILE = "devstack.json"
 _PROBE_TIMEOUT_S = 0.5
 
 
-def write(data_dir: str | os.PathLike, *, database_url: str, redis_url: str) -> Path:
+def write(data_dir: str | os.PathLike, *, database_url: str, redis_url: str,
+          secret_key_file: str | None = None) -> Path:
     """Record this process's stack (replacing a stale record)."""
     path = Path(data_dir) / STATE_FILE
     temporary = path.with_name(f".{STATE_FILE}.{os.getpid()}")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         json.dump({"pid": os.getpid(), "started_at": int(time.time()),
-                   "database_url": database_url, "redis_url": redis_url}, fh)
+                   "database_url": database_url, "redis_url": redis_url,
+                   "secret_key_file": secret_key_file}, fh)
         fh.write("\n")
     os.replace(temporary, path)
     return path
@@ -47,14 +49,17 @@ def remove(data_dir: str | os.PathLike) -> None:
 
 
 def live_urls(data_dir: str | os.PathLike) -> dict[str, str]:
-    """``{"DATABASE_URL": …[, "REDIS_URL": …]}`` of a stack whose PostgreSQL
-    answers, else ``{}``. Redis is included only when it answers too."""
+    """``{"DATABASE_URL": …[, "REDIS_URL": …][, "SECRET_KEY_FILE": …]}`` of a
+    stack whose PostgreSQL answers, else ``{}``. Redis is included only when
+    it answers too; the key file when the stack made its own key."""
     state = _read(Path(data_dir) / STATE_FILE)
     if not state or not isinstance(state.get("database_url"), str):
         return {}
     if not _answers(state["database_url"], default_port=5432):
         return {}
     found = {"DATABASE_URL": state["database_url"]}
+    if isinstance(state.get("secret_key_file"), str):
+        found["SECRET_KEY_FILE"] = state["secret_key_file"]
     redis_url = state.get("redis_url")
     if isinstance(redis_url, str) and _answers(redis_url, default_port=6379):
         found["REDIS_URL"] = redis_url

@@ -24,6 +24,15 @@ def fold_counters():
     counters.fold()
 
 
+@dramatiq.actor(queue_name="maintenance", max_retries=3, time_limit=120_000)
+def prune_claim_buckets():
+    """Drop per-worker claim audit rows older than their retention."""
+    from flask import current_app
+
+    from app.projects import claim_audit
+    claim_audit.prune(int(current_app.config["CLAIM_BUCKET_RETENTION_DAYS"]))
+
+
 def _store():
     from flask import current_app
 

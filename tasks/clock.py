@@ -20,6 +20,7 @@ SCHEDULE = (
     (actors.fold_counters, float(os.environ.get("FLEETHQ_FOLD_EVERY_S", "30"))),
     (actors.reconcile, float(os.environ.get("FLEETHQ_RECONCILE_EVERY_S", "15"))),
     (actors.sweep_spool, float(os.environ.get("FLEETHQ_SWEEP_SPOOL_EVERY_S", "300"))),
+    (actors.prune_claim_buckets, float(os.environ.get("FLEETHQ_PRUNE_CLAIM_BUCKETS_EVERY_S", "3600"))),
 )
 
 

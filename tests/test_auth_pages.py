@@ -409,3 +409,26 @@ def test_enrollment_limit_answers_the_api_envelope_and_pages_answer_html(app, mo
     with app.test_request_context("/login/github"):
         page = app.make_response(app.handle_user_exception(caught.value))
     assert page.status_code == 429 and "Too many attempts" in page.get_data(as_text=True)
+
+
+def test_savewebhq_oauth_paths_and_imported_user_ids(app, github):
+    """An operator switching from SavewebHQ keeps the GitHub OAuth App's
+    callback (/auth/github/callback), and a user imported as ``gh_<id>``
+    signs in as that same user."""
+    github.add_to_team("carol")
+    number = github.sign_in_as("carol")
+    set_status(app, f"gh_{number}", ["admin"], "active")
+    app.config["GITHUB_CALLBACK_PATH"] = "/auth/github/callback"
+    try:
+        client = app.test_client()
+        start = client.get("/auth/github/start")
+        assert start.status_code == 303
+        approved = requests.get(start.headers["Location"], allow_redirects=False, timeout=10)
+        back = urlsplit(approved.headers["Location"])
+        assert back.path == "/auth/github/callback"
+        done = client.get(f"{back.path}?{back.query}")
+        assert done.status_code == 303 and done.headers["Location"] == "/admin"
+    finally:
+        app.config["GITHUB_CALLBACK_PATH"] = "/login/github/callback"
+    assert query(app, "SELECT id, github_login FROM users WHERE id LIKE 'gh%'") == [
+        (f"gh_{number}", "carol")]

@@ -512,6 +512,22 @@ def _use_the_stack_from_a_second_shell(stack, root, state_file):
         row = conn.execute("SELECT dispatch_qps, client_versions FROM projects WHERE id = 'papers'").fetchone()
     assert row == (50.0, ["my-worker-1"])
 
+    # A token installed from the host is sealed under the stack's own key, so
+    # its web processes show it again.
+    token_file = os.path.join(root, "alice.token")
+    with open(os.open(token_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as fh:
+        fh.write("hq_carried-over-from-savewebhq\n")
+    done = _flask(root, "bootstrap-user", "--user-id", "alice", "--roles", "worker",
+                  "--machine-token-file", token_file)
+    assert done.returncode == 0, done.stderr
+    [base] = re.findall(r"is ready at (http://[0-9.:]+)/", "\n".join(stack.lines))
+    with open(os.path.join(root, "var", "dev-admin.token")) as fh:
+        admin_token = fh.read().strip()
+    shown = requests.get(f"{base}/api/v1/admin/users/alice/machine-token", timeout=30,
+                         headers={"Authorization": f"Bearer {admin_token}"})
+    assert shown.status_code == 200, shown.text
+    assert shown.json() == {"user_id": "alice", "token": "hq_carried-over-from-savewebhq"}
+
 
 def test_config_uses_a_dev_stack_record_only_when_its_database_answers(tmp_path, monkeypatch,
                                                                      database_url, redis_url):

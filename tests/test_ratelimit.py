@@ -7,7 +7,7 @@ import math
 import pytest
 
 from app.projects import ratelimit
-from tests.helpers import Api, body, values
+from tests.helpers import Api, body, sql, values
 
 # ------------------------------------------------------------------ arithmetic
 
@@ -152,3 +152,31 @@ def test_a_rate_limited_claim_says_when_the_next_token_is_due(client, admin_toke
     claim = body(api.claim("paced"))
     assert len(claim["jobs"]) == 1
     assert 1 <= claim["retry_after_ms"] <= 400
+
+
+def test_paced_projects_keep_per_worker_claim_buckets(client, admin_token, app):
+    """SavewebHQ's claim audit: one row per worker and minute on projects with
+    worker_claim_qps, counting claims (refused ones too), jobs handed out and
+    the policy version the worker reported; unpaced projects write nothing."""
+    from app.extensions import db
+    from app.projects import claim_audit
+    api = Api(client, admin_token)
+    api.put_project("paced", worker_claim_qps=2.0, dispatch_qps=1.0)
+    api.put_project("free")
+    assert body(api.enqueue("paced", values(3)))["inserted"] == 3
+    assert body(api.enqueue("free", values(1)))["inserted"] == 1
+    assert len(body(api.claim("paced", worker_id="a1", policy_version=1))["jobs"]) == 1
+    assert api.claim("paced", worker_id="a1", policy_version=1).status_code == 429
+    assert api.claim("paced", worker_id="b2").status_code == 429  # one bucket for the project
+    assert body(api.claim("free", worker_id="a1"))["jobs"]
+    rows = {(r[0], r[1]): r[2:] for r in sql(app, "SELECT project_id, worker_id, claim_requests, "
+                                                  "jobs_dispatched, policy_version FROM worker_claim_buckets")}
+    assert rows[("paced", "a1")] == (2, 1, 1)
+    assert rows[("paced", "b2")][0] == 1 and rows[("paced", "b2")][2] is None
+    assert ("free", "a1") not in rows
+    sql(app, "UPDATE worker_claim_buckets SET bucket_started_at = now() - interval '31 days' "
+             "WHERE worker_id = 'a1'")
+    with app.app_context():
+        assert claim_audit.prune(30) == 1
+        assert [b["worker_id"] for b in claim_audit.buckets("paced")] == ["b2"]
+        db.session.remove()

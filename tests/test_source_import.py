@@ -551,7 +551,7 @@ def test_cli_enqueue_source_max_jobs(app, src, project, tmp_path):
             "fleet", "enqueue-source", "--project-id", project, "--input", str(path),
             "--max-jobs", "29", "--batch-size", "10"])
     assert result.exit_code == 1
-    assert "too_large" in result.stderr and "29 jobs" in result.stderr
+    assert "invalid_job" in result.stderr and "more than 29 jobs" in result.stderr
     assert src.api.counts(project)["todo"] == 20  # the batches before the limit stay committed
     with app.app_context():
         exact = app.test_cli_runner().invoke(args=[

@@ -19,7 +19,8 @@ from tasks.middleware import AppContext
 from tests.conftest import unique
 from tests.helpers import Api, body, close_broker, values
 
-ACTORS = (actors.reap_leases, actors.fold_counters, actors.reconcile, actors.sweep_spool)
+ACTORS = (actors.reap_leases, actors.fold_counters, actors.reconcile, actors.sweep_spool,
+          actors.prune_claim_buckets)
 
 
 class Recorder(dramatiq.Middleware):
@@ -307,7 +308,7 @@ def test_clock_default_schedule(stub_broker, monkeypatch):
     monkeypatch.setattr(clock, "time", fake)
     start = fake.now
     assert {a.actor_name for a, _ in clock.SCHEDULE} == {"reap_leases", "fold_counters", "reconcile",
-                                                         "sweep_spool"}
+                                                         "sweep_spool", "prune_claim_buckets"}
     clock.run(stop=lambda: fake.now - start >= 59)
     periods = dict((a.actor_name, p) for a, p in clock.SCHEDULE)
     sent = stub_broker.recorder.enqueued

@@ -13,10 +13,10 @@ from flask import current_app, jsonify
 from app.api import bp, contract
 from app.api import validate as v
 from app.api.auth import bearer, check_client_version, principal, worker_call
-from app.errors import Conflict
+from app.errors import Conflict, RateLimited
 from app.extensions import db
 from app.fleet import service as fleet
-from app.projects import leasing, service, wakeups
+from app.projects import claim_audit, leasing, service, wakeups
 from workers.protocol import JOB_TYPES, is_identifier
 
 JOB_ID = v.int_range(1, 2**63 - 1)
@@ -217,10 +217,14 @@ def claim(project_id):
     listener = wakeups.listener(current_app.config["LISTEN_DSN"]) if wait_s else None
     while True:
         seen = listener.generation(project_id) if listener else None
-        result = leasing.claim(project, worker, max_jobs=body["max_jobs"],
-                               lease_seconds=body["lease_seconds"], accept_types=accept,
-                               reap_limit=reap_limit,
-                               fresh_after_s=current_app.config["NODE_LEASE_S"])
+        try:
+            result = leasing.claim(project, worker, max_jobs=body["max_jobs"],
+                                   lease_seconds=body["lease_seconds"], accept_types=accept,
+                                   reap_limit=reap_limit,
+                                   fresh_after_s=current_app.config["NODE_LEASE_S"])
+        except RateLimited:
+            claim_audit.record(project, worker.worker_id, 0, body.get("policy_version"))
+            raise
         left = deadline - time.monotonic()
         if result.jobs or left <= 0:
             break
@@ -228,6 +232,7 @@ def claim(project_id):
         db.session.commit()  # hand the connection back while we sleep
         listener.wait(project_id, seen, left if soonest is None else min(left, soonest + 0.005))
         project = service.view(project_id)
+    claim_audit.record(project, worker.worker_id, len(result.jobs), body.get("policy_version"))
     return jsonify(project_id=project_id, jobs=result.jobs, retry_after_ms=result.retry_after_ms,
                    policy_version=result.policy_version)
 

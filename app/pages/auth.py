@@ -21,7 +21,8 @@ Pages accept only this browser session; nothing here reads an
 ``Authorization`` header, so a machine token never opens a page.
 
 Sign-in rules (``reconcile``): the user id of a GitHub user is
-``gh-<numeric GitHub id>`` (logins can be renamed and reused; ids cannot);
+``gh-<numeric GitHub id>`` (logins can be renamed and reused; ids cannot), or
+``gh_<id>`` when a user of that spelling was imported from SavewebHQ;
 ``github_login`` keeps the current login. Members of ``GITHUB_ORG`` /
 ``GITHUB_ADMIN_TEAM`` become active with roles admin+worker; at every sign-in
 a non-member loses ``admin``. A new non-member is created ``pending`` with
@@ -129,13 +130,21 @@ RETURNING id, status
 """)
 
 
+def _user_id_of(identity: github.Identity) -> str:
+    """``gh-<id>``, or ``gh_<id>`` for a user imported from SavewebHQ (its
+    spelling), so an imported admin signs in as the same user."""
+    imported = f"gh_{identity.id}"
+    exists = db.session.execute(text("SELECT 1 FROM users WHERE id = :id"), {"id": imported}).first()
+    return imported if exists else f"gh-{identity.id}"
+
+
 def reconcile(identity: github.Identity, is_admin: bool) -> tuple[str, str]:
     """Apply the sign-in rules (module docstring) in one statement. Commits.
 
     Returns:
         (user id, status after sign-in)
     """
-    row = db.session.execute(_RECONCILE, {"id": f"gh-{identity.id}", "login": identity.login,
+    row = db.session.execute(_RECONCILE, {"id": _user_id_of(identity), "login": identity.login,
                                           "admin": bool(is_admin)}).one()
     db.session.commit()
     return row[0], row[1]
@@ -156,6 +165,7 @@ def login():
                            dev_login=dev_login_allowed())
 
 
+@bp.get("/auth/github/start")  # SavewebHQ's path (registered second: url_for keeps ours)
 @bp.get("/login/github")
 def github_start():
     # A plain link, not a form: Chromium applies the CSP's form-action 'self'
@@ -174,16 +184,20 @@ def github_start():
 
 def _callback_url() -> str:
     # Behind a proxy the Host header is not to be trusted: PUBLIC_URL wins.
+    # GITHUB_CALLBACK_PATH: the path registered with the GitHub OAuth App
+    # (SavewebHQ's apps have /auth/github/callback); both paths are served.
+    path = current_app.config["GITHUB_CALLBACK_PATH"]
     public = current_app.config.get("PUBLIC_URL")
     if public:
-        return public.rstrip("/") + url_for("auth.github_callback")
-    return url_for("auth.github_callback", _external=True)
+        return public.rstrip("/") + path
+    return request.host_url.rstrip("/") + path
 
 
 def _failed(code: int, title: str, message: str):
     return render_template("auth/error.html", code=code, title=title, message=message), code
 
 
+@bp.get("/auth/github/callback")  # SavewebHQ's path
 @bp.get("/login/github/callback")
 def github_callback():
     limit_login()

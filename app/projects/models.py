@@ -169,3 +169,21 @@ class AttemptTotal(db.Model):
     project_id: Mapped[str] = mapped_column(String(128), nullable=False, index=True)
     state: Mapped[str] = mapped_column(Text, nullable=False)
     delta: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class WorkerClaimBucket(db.Model):
+    """Claims of one worker in one minute, for paced projects (migration 0007)."""
+
+    __tablename__ = "worker_claim_buckets"
+    __table_args__ = (
+        Index("ix_worker_claim_buckets_project_time", "project_id", text("bucket_started_at DESC")),
+        Index("ix_worker_claim_buckets_time", "bucket_started_at"),
+    )
+
+    project_id: Mapped[str] = mapped_column(
+        String(128), ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+    worker_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    bucket_started_at = mapped_column(DateTime(timezone=True), primary_key=True)
+    claim_requests: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    jobs_dispatched: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    policy_version = mapped_column(BigInteger)
