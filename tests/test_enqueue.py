@@ -655,9 +655,10 @@ def test_requeue_only_failed_or_reset_exhausted(api):
         int(fail_hard["job_id"]), int(exhaust["job_id"]), todo["job_id"]}
 
 
-def test_requeue_of_unknown_job_is_404(api):
+def test_requeue_of_unknown_job_is_400(api):
+    """As SavewebHQ: a job it cannot requeue is an invalid request."""
     api.put_project("p")
-    _error(_requeue(api, "424242"), 404, "not_found")
+    _error(_requeue(api, "424242"), 400, "invalid_request")
 
 
 def test_delete_refuses_wip_and_removes_todo_and_done(api):
@@ -676,7 +677,7 @@ def test_delete_refuses_wip_and_removes_todo_and_done(api):
         assert response.status_code == 204
         _error(api.call("GET", f"/api/v1/admin/projects/p/jobs/{job['job_id']}"), 404, "not_found")
     assert api.counts("p") == {**ZERO, "wip": 1}
-    _error(_delete(api, todo["job_id"]), 404, "not_found")
+    _error(_delete(api, todo["job_id"]), 400, "invalid_request")
     # The in-flight attempt still reports normally.
     assert body(api.complete("p", [wip]))["results"][0]["status"] == "applied"
 
