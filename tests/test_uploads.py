@@ -207,7 +207,7 @@ def read_response(sock) -> tuple[int, dict, dict]:
 
 def assert_receipt(data: dict, *, job_id, attempt_id, state, digest, size):
     assert set(data) == RECEIPT_KEYS, data
-    assert data["job_id"] == str(job_id)
+    assert type(data["job_id"]) is int and data["job_id"] == int(job_id)
     assert data["attempt_id"] == str(attempt_id)
     assert data["state"] == state
     assert data["sha256"] == digest

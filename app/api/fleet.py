@@ -53,7 +53,7 @@ HEARTBEAT_RESPONSE = {
         "attempt id → new lease end; stop every running attempt missing here"),
 }
 RECEIPT = v.named("Receipt", {
-    "job_id": v.text.describe("decimal"), "attempt_id": v.text.describe("decimal"),
+    "job_id": v.int_range(1, v.INT64_MAX), "attempt_id": v.text.describe("decimal"),
     "state": v.one_of("uploading", "staged", "done", "failed", "expired", "held"),
     "sha256": v.text, "size": v.int_range(0, v.INT64_MAX), "asset_key": v.text.or_null(),
     "error": v.any_object.or_null(),
@@ -70,7 +70,7 @@ FLEET_WORKER = v.named("FleetWorker", {
     "held_files": v.int_range(0, v.INT64_MAX), "held_bytes": v.int_range(0, v.INT64_MAX),
 })
 REMOTE_JOB = v.named("RemoteJob", {
-    "job_id": v.text.describe("decimal"), "project_id": v.identifier, "id": v.text.or_null(),
+    "job_id": v.int_range(1, v.INT64_MAX), "project_id": v.identifier, "id": v.text.or_null(),
     "value": v.text,
     "state": v.one_of("queued", "running", "uploading", "staged", "done", "failed"),
     "worker_id": v.text.or_null(), "error": v.any_value, "updated_at": v.timestamp,

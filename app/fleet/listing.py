@@ -77,7 +77,7 @@ def remote_jobs(project_id: str | None, limit: int) -> list[dict]:
         state = _PUBLIC_STATE.get(r["state"]) or (
             "uploading" if r["attempt_state"] == "uploading" else "running")
         error = r["last_error"] if r["state"] in ("failed", "reset_exhausted", "todo") else None
-        out.append({"job_id": str(r["id"]), "project_id": r["project_id"], "id": r["ext_id"],
+        out.append({"job_id": r["id"], "project_id": r["project_id"], "id": r["ext_id"],
                     "value": r["value"], "state": state,
                     "worker_id": r["worker_id"] if state in ("running", "uploading", "staged", "done")
                     else None,

@@ -75,7 +75,7 @@ def _payload(delivery_id: int, download_url_for, secret_key: str,
                        {"h": tokens.digest(callback), "d": delivery_id})
     payload = {
         "event": "asset.archived", "delivery_id": str(row["id"]), "project_id": row["project_id"],
-        "job_id": str(row["job_id"]), "attempt_id": str(row["attempt_id"]),
+        "job_id": row["job_id"], "attempt_id": str(row["attempt_id"]),
         "asset_key": row["asset_key"], "canonical_key": row["canonical_key"],
         "sha256": row["sha256"], "size": row["size"],
         "download_url": url, "download_expires_at": expires_at,

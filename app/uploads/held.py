@@ -40,7 +40,7 @@ def listing(worker_id: str | None = None, owner: str | None = None, *,
         LIMIT :n"""), {"w": worker_id, "o": owner, "n": min(limit, MAX_ROWS)}).mappings().all()
     db.session.commit()
     return [{
-        "attempt_id": str(r["attempt_id"]), "job_id": str(r["job_id"]), "project_id": r["project_id"],
+        "attempt_id": str(r["attempt_id"]), "job_id": r["job_id"], "project_id": r["project_id"],
         "worker_id": r["worker_id"], "user_id": r["worker_owner"], "sha256": r["sha256"],
         "size": r["size"], "spool_file": r["spool_file"],
         "file_present": bool(r["spool_file"]) and os.path.exists(r["spool_file"]),
