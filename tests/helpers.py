@@ -1,6 +1,8 @@
 """Small helpers for tests that speak the v1 protocol."""
 from __future__ import annotations
 
+import json
+
 VERSION = "test-1"
 
 
@@ -129,3 +131,26 @@ def close_broker(broker) -> None:
             with middleware._app.app_context():
                 db.engine.dispose()
     broker.close()
+
+
+ENVELOPE_KEYS = {"code", "message", "retryable", "retry_after_ms", "details"}
+
+
+def api_error(response, status: int, code: str) -> dict:
+    """Assert one error in the machine API's envelope; return its ``error``."""
+    assert response.status_code == status, (response.status_code, response.data[:500])
+    assert response.headers["Cache-Control"] == "no-store"
+    assert response.mimetype == "application/json"
+    payload = json.loads(response.data)
+    assert set(payload) == {"error"}
+    err = payload["error"]
+    assert set(err) == ENVELOPE_KEYS
+    assert err["code"] == code
+    assert isinstance(err["message"], str) and err["message"]
+    assert isinstance(err["details"], dict)
+    # Always an integer: SavewebHQ's clients decode it as int64.
+    assert isinstance(err["retry_after_ms"], int) and not isinstance(err["retry_after_ms"], bool)
+    if status != 429:
+        assert err["retryable"] is False
+        assert err["retry_after_ms"] == 0
+    return err

@@ -10,11 +10,10 @@ import time
 
 import pytest
 
-from tests.helpers import VERSION, Api, body, sql, values
+from tests.helpers import VERSION, Api, api_error, body, sql, values
 
 ADMIN = "/api/v1/admin/projects"
 FLEETHQ = "/api/v1/fleethq/projects"
-ENVELOPE_KEYS = {"code", "message", "retryable", "retry_after_ms", "details"}
 SUMMARY_KEYS = {"id", "status", "identity_mode", "claim_order", "dispatch_qps", "worker_claim_qps",
                 "max_jobs_per_claim", "max_resets", "recommended_lease_seconds", "client_versions",
                 "policy_version", "job_counts", "created_at", "updated_at"}
@@ -27,14 +26,7 @@ def api(client, admin_token):
     return Api(client, admin_token)
 
 
-def _error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, (response.status_code, body(response))
-    assert response.headers["Cache-Control"] == "no-store"
-    payload = body(response)
-    assert set(payload) == {"error"}
-    assert set(payload["error"]) == ENVELOPE_KEYS
-    assert payload["error"]["code"] == code
-    return payload["error"]
+_error = api_error
 
 
 def _ok(response, status: int = 200):

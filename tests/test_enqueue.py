@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import Api, body, values
+from tests.helpers import Api, api_error, body, values
 from workers.protocol import default_job_id
 
-ENVELOPE_KEYS = {"code", "message", "retryable", "retry_after_ms", "details"}
 ZERO = {"todo": 0, "wip": 0, "staged": 0, "done": 0, "failed": 0, "reset_exhausted": 0}
 
 
@@ -17,19 +16,7 @@ def api(client, admin_token):
     return Api(client, admin_token)
 
 
-def _error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, (response.status_code, body(response))
-    assert response.headers["Cache-Control"] == "no-store"
-    payload = body(response)
-    assert set(payload) == {"error"}
-    err = payload["error"]
-    assert set(err) == ENVELOPE_KEYS
-    assert err["code"] == code
-    assert isinstance(err["message"], str) and err["message"]
-    assert err["retryable"] is False
-    assert err["retry_after_ms"] == 0
-    assert isinstance(err["details"], dict)
-    return err
+_error = api_error
 
 
 def _enqueued(response, submitted: int, inserted: int, project_id: str):

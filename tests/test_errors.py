@@ -9,30 +9,13 @@ import json
 
 import pytest
 
-from tests.helpers import VERSION, Api, body, values
+from tests.helpers import ENVELOPE_KEYS, VERSION, Api, api_error, body, values
 
-ENVELOPE_KEYS = {"code", "message", "retryable", "retry_after_ms", "details"}
 CLAIM_PATH = "/api/v1/projects/p/jobs/claim"
 GOOD_CLAIM = {"worker_id": "w1", "max_jobs": 1, "lease_seconds": 60}
 
 
-def _error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, (response.status_code, response.data[:500])
-    assert response.headers["Cache-Control"] == "no-store"
-    assert response.mimetype == "application/json"
-    payload = json.loads(response.data)
-    assert set(payload) == {"error"}
-    err = payload["error"]
-    assert set(err) == ENVELOPE_KEYS
-    assert err["code"] == code
-    assert isinstance(err["message"], str) and err["message"]
-    assert isinstance(err["details"], dict)
-    # Always an integer: SavewebHQ's clients decode it as int64.
-    assert isinstance(err["retry_after_ms"], int) and not isinstance(err["retry_after_ms"], bool)
-    if status != 429:
-        assert err["retryable"] is False
-        assert err["retry_after_ms"] == 0
-    return err
+_error = api_error
 
 
 @pytest.fixture

@@ -9,9 +9,8 @@ import time
 
 import pytest
 
-from tests.helpers import VERSION, Api, body, values
+from tests.helpers import VERSION, Api, api_error, body, values
 
-ENVELOPE_KEYS = {"code", "message", "retryable", "retry_after_ms", "details"}
 ZERO = {"todo": 0, "wip": 0, "staged": 0, "done": 0, "failed": 0, "reset_exhausted": 0}
 POLICY_KEYS = {"kind", "status", "identity_mode", "claim_order", "dispatch_qps", "worker_claim_qps",
                "max_jobs_per_claim", "max_resets", "recommended_lease_seconds",
@@ -42,14 +41,7 @@ def api(client, admin_token):
     return Api(client, admin_token)
 
 
-def _error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, (response.status_code, body(response))
-    assert response.headers["Cache-Control"] == "no-store"
-    assert set(body(response)) == {"error"}
-    err = body(response)["error"]
-    assert set(err) == ENVELOPE_KEYS
-    assert err["code"] == code
-    return err
+_error = api_error
 
 
 def _put(api, project_id, fields, method="PUT"):
