@@ -39,6 +39,7 @@ class FuzzResult:
     examples: int
     failures: int
     errors: int
+    exit_code: int
     seconds: float
     report: dict = field(repr=False)
     output: str = field(repr=False)
@@ -109,4 +110,4 @@ def run(base: str, token: str, *, admin_id: str, max_examples: int, seed: int = 
     cases = report["test_cases"]
     return FuzzResult(operations=report["operations"]["tested"], examples=cases["generated"],
                       failures=cases["unique_failures"], errors=len(report["errors"]),
-                      seconds=seconds, report=report, output=output)
+                      exit_code=done.returncode, seconds=seconds, report=report, output=output)

@@ -314,6 +314,7 @@ def source_file(jobs: list[dict]) -> bytes:
 def each_case(cases: dict, check) -> None:
     """Run ``check(case)`` for every case and fail once, naming each case that
     failed (one test per rule, every broken case in its report)."""
+    assert cases, "no cases to check"
     failures = []
     for name, case in cases.items():
         try:

@@ -20,5 +20,6 @@ def test_schemathesis_finds_no_failure(live_server, admin_token, caplog):
     assert result.operations >= 40, result.output[-3000:]  # the whole document was loaded
     assert result.examples > 20 * result.operations
     assert (result.failures, result.errors) == (0, 0), result.failure_text()
+    assert result.exit_code == 0, result.output[-3000:]
     tracebacks = [r.getMessage() for r in caplog.records if r.exc_info]
     assert tracebacks == [], "the master logged tracebacks while fuzzed"

@@ -851,3 +851,15 @@ def test_remote_jobs_need_reader_or_admin(app, client, make_user):
     response = node_call(node, "GET", "/api/v1/remote-jobs")
     assert response.status_code == 403, body(response)
     assert client.get("/api/v1/remote-jobs").status_code == 401
+
+
+def test_fleet_control_bodies_over_64_kib_are_413(client, app):
+    """DESIGN §6/§7: fleet control bodies stay at 64 KiB while the SavewebHQ
+    operations take 8 MiB; the refusal names the limit and changes nothing."""
+    node = Node(client, app)
+    padded = node.heartbeat(last_error="x" * (64 * 1024))
+    assert padded.status_code == 413, body(padded)
+    err = body(padded)["error"]
+    assert err["code"] == "too_large" and err["details"]["limit"] == 64 * 1024
+    assert sql(app, "SELECT last_error FROM fleet_nodes WHERE id = :n", n=node.node_id) == [(None,)]
+    assert node.heartbeat().status_code == 200

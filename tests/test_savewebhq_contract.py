@@ -849,7 +849,8 @@ def test_seventeen_receipts_for_one_job_are_400_invalid_request(hq):
 
 
 BAD_OUTCOMES = {"unknown kind": {"kind": "ok"}, "code 1000": {"code": 1000},
-                "uri over 4096": {"uri": "u" * 4097}}
+                "uri over 4096": {"uri": "u" * 4097},
+                "meta over 8 KiB": {"meta": {"m": "x" * (8 * 1024)}}}
 
 
 def test_an_invalid_outcome_is_400_invalid_request(hq):

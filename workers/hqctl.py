@@ -18,17 +18,11 @@ import sys
 from workers._cli_args import SAVEWEBHQ_USAGE_EXIT, CliParser, duration, parse_args
 from workers._cli_http import ApiError, CliError, Client, UsageError, resolve_settings, segment
 from workers.hqctl_enqueue import (DEFAULT_BATCH_SIZE, DEFAULT_MAX_JOBS, DEFAULT_PROGRESS_EVERY,
-                                   cmd_enqueue, cmd_enqueue_source)
+                                   _emit, cmd_enqueue, cmd_enqueue_source)
 from workers.protocol import IDENTITY_MODES
 from workers.spec_input import InputError
 
 DEFAULT_TIMEOUT = 600.0  # SavewebHQ's --timeout default, 10m
-
-
-def _emit(obj) -> int:
-    if obj:
-        print(json.dumps(obj, ensure_ascii=False, indent=2 if sys.stdout.isatty() else None))
-    return 0
 
 
 # FleetHQ's own admin routes carry its fuller views (kind, every policy field,

@@ -11,12 +11,11 @@ This module must not import ``app`` (it runs on worker computers).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import stat
 import sys
 
-from workers.protocol import SpecError, default_job_id, normalize_jobspec
+from workers.protocol import SpecError, default_job_id, normalize_jobspec, strict_json_loads
 from workers.source import MAX_LINE
 
 # Go's unicode.IsSpace: what SavewebHQ's hqctl trims to decide that a line is
@@ -27,12 +26,6 @@ _GO_SPACE = ("\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u200
 
 class InputError(ValueError):
     """A bad input line; the message starts with ``file:line:``."""
-
-
-def _no_constants(name):
-    # Python's json accepts NaN/Infinity, which are not JSON and which the
-    # master would store as something no other client can read.
-    raise ValueError(f"{name} is not valid JSON")
 
 
 def _line_text(text: str) -> str:
@@ -138,7 +131,7 @@ class SpecInput:
             if first:
                 text = text.removeprefix("\ufeff")  # byte-order mark left by some editors
             try:
-                obj = _absent_as_go(json.loads(text, parse_constant=_no_constants))
+                obj = _absent_as_go(strict_json_loads(text))
             except ValueError as exc:
                 raise InputError(f"{where}: not valid JSON: {exc}") from None
         else:

@@ -297,17 +297,20 @@ def authenticate(bearer: str, *, row=None) -> Principal:
     if row is None or row[0] is None:
         raise InvalidToken("invalid machine token")
     if hmac.compare_digest(row[3], params["s"]):
-        _adopt_imported(row[0], bearer, params["s"])
+        # Stamp the row this token is stored under after its adoption, never
+        # another user's row that already held the plain digest.
+        _touch(params["h"] if _adopt_imported(row[0], bearer, params["s"]) else params["s"])
     elif not hmac.compare_digest(row[3], params["h"]):
         raise InvalidToken("invalid machine token")
-    _touch(params["h"])
+    else:
+        _touch(params["h"])
     return Principal(user_id=row[0], roles=frozenset(row[1]), user_status=row[2])
 
 
-def _adopt_imported(user_id: str, token: str, savewebhq_key: str) -> None:
+def _adopt_imported(user_id: str, token: str, savewebhq_key: str) -> bool:
     """The first use of a token imported by its SavewebHQ digest reveals it:
     store it under FleetHQ's digest, sealed, so that it becomes viewable.
-    Best effort: the token works either way."""
+    Best effort: the token works either way. Returns whether it moved."""
     token_hash = tokens.digest(token)
     key = _sealing_key()
     sealed = sealing.seal(key, user_id, token_hash, token) if key is not None else None
@@ -320,6 +323,8 @@ def _adopt_imported(user_id: str, token: str, savewebhq_key: str) -> None:
         db.session.commit()
     except IntegrityError:  # another user holds the same token under FleetHQ's digest
         db.session.rollback()
+        return False
+    return True
 
 
 def _touch(token_hash: str) -> None:

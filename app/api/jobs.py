@@ -20,11 +20,6 @@ from app.projects import claim_audit, leasing, service, wakeups
 from workers.protocol import JOB_TYPES, is_identifier
 
 JOB_ID = v.int_range(1, 2**63 - 1)
-FAILURE_CODE = v.string(64, min_bytes=1)
-
-
-def _nullable(rule):
-    return v.nullable(rule)
 
 
 CLAIM = {
@@ -33,7 +28,7 @@ CLAIM = {
     "lease_seconds": v.int_range(1, 3600),
     # Empty, omitted or null: every type (SavewebHQ's Python SDK sends [],
     # its Go SDK null).
-    "accept_types": v.Optional(_nullable(v.list_of(v.one_of(*JOB_TYPES), 0, 16))),
+    "accept_types": v.Optional(v.nullable(v.list_of(v.one_of(*JOB_TYPES), 0, 16))),
     # SavewebHQ requires it (≥ 1); FleetHQ also takes a claim without it.
     "policy_version": v.Optional(v.int_range(1, 2**63 - 1)),
     "wait_ms": v.Optional(v.int_range(0, 30_000)),
@@ -73,7 +68,7 @@ COMPLETE = {
             "uri": v.Optional(v.string(4096, nullable=True)),
             "meta": v.Optional(v.json_object(8 * 1024, nullable=True)),
         }),
-        "artifact_receipts": v.Optional(_nullable(v.list_of(ARTIFACT_RECEIPT, 0, 16))),
+        "artifact_receipts": v.Optional(v.nullable(v.list_of(ARTIFACT_RECEIPT, 0, 16))),
     }), 1, 256),
 }
 
@@ -104,7 +99,7 @@ EXTEND = {
 }
 
 
-# Response bodies (SavewebHQ's contract; FleetHQ adds the staged job state).
+# Response bodies (SavewebHQ's contract: a staged job is reported as wip).
 CLAIMED_JOB = v.named("ClaimedJob", {
     "id": v.Optional(v.identifier), "value": v.text, "type": v.one_of(*JOB_TYPES),
     "via": v.Optional(v.text), "hops": v.Optional(v.int_range(0, v.INT64_MAX)),
@@ -117,7 +112,7 @@ CLAIM_RESPONSE = v.named("ProjectClaimResponse", {
 })
 ITEM_RESULT = v.named("ItemResult", {
     "job_id": JOB_ID, "attempt_id": v.identifier, "status": v.one_of("applied", "rejected"),
-    "job_status": v.one_of("todo", "wip", "staged", "done", "failed", "reset_exhausted").or_null(),
+    "job_status": v.one_of("todo", "wip", "done", "failed", "reset_exhausted").or_null(),
     "lease_expires_at": v.timestamp.or_null(), "error": v.API_ERROR.or_null(),
 })
 BATCH_RESULT = v.named("BatchResultResponse", {"results": v.array(ITEM_RESULT)})

@@ -12,7 +12,7 @@ from flask import request
 
 from app.api.declarations import API_ERROR, ERROR_ENVELOPE, Media, declare
 from app.api.rules import (INT64_MAX, IntRange, Optional, any_object, any_of, any_value, array,
-                           boolean, check, const, custom, fail, identifier, int_range,
+                           boolean, check, const, custom, identifier, int_range,
                            json_object, json_pattern, list_of, map_of, named, nullable, number,
                            obj, one_of, schema_of, string, text, timestamp)
 from app.errors import InvalidRequest, TooLarge, UnsupportedMediaType
@@ -24,7 +24,6 @@ __all__ = ["API_ERROR", "ERROR_ENVELOPE", "INT64_MAX", "InvalidRequest", "Media"
            "list_of", "map_of", "named", "nullable", "number", "obj", "one_of", "query",
            "read_body", "schema_of", "string", "text", "timestamp"]
 
-_fail = fail  # the name older call sites use
 
 
 def read_body(limit: int) -> bytes:

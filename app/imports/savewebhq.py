@@ -8,8 +8,8 @@ the imported ids, all in one target transaction: a refused or failed run
 writes nothing. Rows already in the target and equal are left alone, so a
 second run writes nothing and says so; a dry run does everything but write.
 
-Not carried: SavewebHQ's per-worker claim buckets (FleetHQ keeps no claim
-audit), web sessions (users sign in again), GitHub numeric ids and avatars,
+Not carried: SavewebHQ's per-worker claim buckets (an audit history; FleetHQ
+keeps its own from the first claim on), web sessions (users sign in again), GitHub numeric ids and avatars,
 and the dispatch token bucket (it starts full, as for a new project).
 """
 from __future__ import annotations

@@ -13,7 +13,7 @@ from sqlalchemy import text
 from app.errors import InvalidRequest, NotFound
 from app.extensions import db
 from app.projects import wakeups
-from app.projects.models import JOB_STATES
+from app.projects.models import JOB_STATES, savewebhq_state
 
 CONTRACT_STATUSES = ("todo", "wip", "done", "failed", "reset_exhausted")
 # The jobs states each contract status stands for.
@@ -99,7 +99,7 @@ def _contract_job(row) -> dict:
         **_spec(m),
         "job_id": m["id"],
         "random_key": m["random_key"],
-        "status": "wip" if state == "staged" else state,
+        "status": savewebhq_state(state),
         "attempt_id": attempt_id,
         "worker_id": m["worker_id"] if live else None,
         "lease_expires_at": _ts(m["lease_expires_at"]) if live else None,

@@ -18,7 +18,7 @@ from sqlalchemy import text
 from app.errors import Conflict, RateLimited
 from app.extensions import db
 from app.projects import ratelimit, wakeups
-from app.projects.models import Project
+from app.projects.models import Project, savewebhq_state
 
 # Exponential backoff with "equal jitter" (50..100 % of the step), capped at 1 h.
 _BACKOFF = ("make_interval(secs => LEAST(3600.0, {base} * power(2.0, LEAST({resets}, 20))) "
@@ -358,11 +358,6 @@ JOIN attempts a ON a.id = {_ATTEMPT_OF} AND a.job_id = t.job_id
 JOIN jobs j ON j.id = a.job_id
 """
 
-# SavewebHQ knows no ``staged``: such a job is still work in progress there.
-def _wire_status(state: str) -> str:
-    return "wip" if state == "staged" else state
-
-
 
 def _explain_rejections(project_id: str, worker: Worker, pending: dict, ended_as: str | None,
                         payloads: dict) -> None:
@@ -388,7 +383,7 @@ def _explain_rejections(project_id: str, worker: Worker, pending: dict, ended_as
             result.error = _stale("attempt belongs to another worker")
         elif ended_as is not None and row[2] == ended_as and row[5] == payloads[key]:
             result.status = "applied"
-            result.job_status = _wire_status(row[7])
+            result.job_status = savewebhq_state(row[7])
         elif row[2] in ("running", "uploading"):
             result.error = _stale("lease expired")
         else:

@@ -19,6 +19,12 @@ JOB_STATES = ("todo", "wip", "staged", "done", "failed", "reset_exhausted")
 ATTEMPT_STATES = ("running", "uploading", "staged", "done", "failed", "expired", "cancelled")
 
 
+def savewebhq_state(state: str) -> str:
+    """A job state as SavewebHQ's contract names it: it knows no ``staged``
+    (an upload waiting for its archive commit), which is still work in progress."""
+    return "wip" if state == "staged" else state
+
+
 def _in(column: str, values) -> str:
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 

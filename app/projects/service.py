@@ -8,7 +8,7 @@ from sqlalchemy import select, text
 from app.errors import Conflict, InvalidRequest, NotFound
 from app.extensions import db
 from app.projects import counters, policy
-from app.projects.models import Project, ProjectDispatch
+from app.projects.models import Project, ProjectDispatch, savewebhq_state
 
 SUMMARY_FIELDS = ("id",) + policy.POLICY_FIELDS + ("policy_version",)
 # The v1 contract's AdminProjectSummary: exactly these fields, plus
@@ -204,8 +204,9 @@ def summary(project: Project, counts: dict | None = None) -> dict:
 def contract_counts(counts: dict) -> dict:
     """The five contract states; a ``staged`` job (an upload waiting for its
     archive commit) is still in flight, so it counts as ``wip``."""
-    out = {state: counts.get(state, 0) for state in CONTRACT_STATES}
-    out["wip"] += counts.get("staged", 0)
+    out = dict.fromkeys(CONTRACT_STATES, 0)
+    for state, n in counts.items():
+        out[savewebhq_state(state)] += n
     return out
 
 
