@@ -348,3 +348,16 @@ def test_cli_modules_do_not_import_the_master():
             "print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("line", ["[" * 5000 + "]" * 5000, '{"value": "x", "hops": 1e400}',
+                                  '{"value": NaN}'])
+def test_a_jsonl_line_the_master_would_refuse_is_a_clear_error(tmp_path, capsys, line):
+    """Nesting past the master's limit, non-finite numbers and NaN are refused
+    on the line that holds them, with no traceback and no output file."""
+    jsonl = tmp_path / "jobs.jsonl"
+    jsonl.write_text('{"value": "ok"}\n' + line + "\n")
+    out = tmp_path / "jobs.zst"
+    code, _, err = run(capsys, "pack", "--jsonl", "--input", str(jsonl), "--output", str(out))
+    assert code != 0 and f"{jsonl}:2:" in err, err
+    assert "Traceback" not in err and not out.exists()
