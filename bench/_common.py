@@ -120,3 +120,45 @@ def api(base: str, token: str):
     session = requests.Session()
     session.headers.update({"Authorization": f"Bearer {token}", "X-Client-Version": VERSION})
     return session
+
+
+def flask_cli(db_url: str, *args: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", "fleet", *args], cwd=ROOT,
+                         env={**os.environ, "DATABASE_URL": db_url}, check=True,
+                         capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+class Master:
+    """gunicorn (2 workers × 8 threads), one Dramatiq task process and, when
+    asked, the clock: the production shape on this machine."""
+
+    def __init__(self, db_url: str, data_dir: str, redis_url: str, env: dict | None = None,
+                 clock: bool = False):
+        self.base = f"http://127.0.0.1:{free_port()}"
+        env = {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": redis_url, "FLEETHQ_DATA_DIR": data_dir,
+               "FLEETHQ_LOG_JSON": "false", "FLEETHQ_SECRET_KEY": "bench",
+               "FLEETHQ_BIND": self.base[len("http://"):], "FLEETHQ_WEB_WORKERS": "2",
+               "FLEETHQ_WEB_THREADS": "8", **(env or {})}
+        bin_dir = os.path.dirname(sys.executable)
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        self.procs = [
+            subprocess.Popen([os.path.join(bin_dir, "gunicorn"), "-c", "python:app.gunicorn_conf",
+                              "--log-level", "warning", "wsgi:app"], cwd=ROOT, env=env, **quiet),
+            subprocess.Popen([os.path.join(bin_dir, "dramatiq"), "tasks", "--processes", "1",
+                              "--threads", "4"], cwd=ROOT, env=env, **quiet)]
+        if clock:
+            self.procs.append(subprocess.Popen([sys.executable, "-m", "tasks.clock"], cwd=ROOT, env=env,
+                                               **quiet))
+        for _ in range(300):
+            try:
+                if requests.get(self.base + "/readyz", timeout=5).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("master did not start")
+
+    def stop(self) -> None:
+        stop(*self.procs)

@@ -38,49 +38,13 @@ import time
 
 import psycopg
 import redis
-import requests
 
-from _common import ROOT, VERSION, admin_token, api, free_port, fresh_database, stop
+from _common import ROOT, VERSION, Master, admin_token, api, flask_cli, fresh_database
 
 from tests.publisher import Publisher  # noqa: E402  (_common put ROOT on sys.path)
 
 REDIS_URL = os.environ.get("FLEETHQ_BENCH_REDIS", "redis://127.0.0.1:6379/13")
 MB = 1024 * 1024
-
-
-def flask_cli(db_url: str, *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", "fleet", *args], cwd=ROOT,
-                         env={**os.environ, "DATABASE_URL": db_url}, check=True,
-                         capture_output=True, text=True)
-    return out.stdout.strip()
-
-
-class Master:
-    def __init__(self, db_url: str, data_dir: str):
-        self.base = f"http://127.0.0.1:{free_port()}"
-        env = {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": REDIS_URL, "FLEETHQ_DATA_DIR": data_dir,
-               "FLEETHQ_LOG_JSON": "false", "FLEETHQ_SECRET_KEY": "bench",
-               "FLEETHQ_BIND": self.base[len("http://"):], "FLEETHQ_WEB_WORKERS": "2",
-               "FLEETHQ_WEB_THREADS": "8"}
-        bin_dir = os.path.dirname(sys.executable)
-        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-        self.procs = [
-            subprocess.Popen([os.path.join(bin_dir, "gunicorn"), "-c", "python:app.gunicorn_conf",
-                              "--log-level", "warning", "wsgi:app"], cwd=ROOT, env=env, **quiet),
-            subprocess.Popen([os.path.join(bin_dir, "dramatiq"), "tasks", "--processes", "1",
-                              "--threads", "4"], cwd=ROOT, env=env, **quiet)]
-        for _ in range(300):
-            try:
-                if requests.get(self.base + "/readyz", timeout=5).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("master did not start")
-
-    def stop(self) -> None:
-        stop(*self.procs)
 
 
 def tree(pid: int) -> list[int]:
@@ -159,7 +123,7 @@ class Bench:
         self.db_url = fresh_database("fleethq_bench_worker")
         self.token = admin_token(self.db_url)
         redis.Redis.from_url(REDIS_URL).flushdb()
-        self.master = Master(self.db_url, os.path.join(self.tmp, "master"))
+        self.master = Master(self.db_url, os.path.join(self.tmp, "master"), REDIS_URL)
         self.admin = api(self.master.base, self.token)
         self.pub = Publisher(paper_bytes=args.paper_mib * MB).start()
         self.volume = os.path.join(self.tmp, "volume")
