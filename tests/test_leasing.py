@@ -749,6 +749,20 @@ def test_claims_and_outcomes_map_the_worker_id_to_its_user(api, app, make_user):
     assert sql(app, "SELECT count(*) FROM worker_users") == [(0,)]
 
 
+def test_every_worker_call_restores_the_worker_map(api, app):
+    """Upserted on every call, as SavewebHQ does: a mapping deleted (or
+    rewritten by another web process) is right again after the next call,
+    not after a cache expires."""
+    api.put_project("p")
+    api.enqueue("p", values(1))
+    [job] = claim_jobs(api, "p", worker_id="abc1234", max_jobs=1)
+    for call in (lambda: api.extend("p", [job], worker_id="abc1234"),
+                 lambda: api.fail("p", [job], worker_id="abc1234")):
+        sql(app, "DELETE FROM worker_users")
+        assert call().status_code == 200
+        assert sql(app, "SELECT worker_id, user_id FROM worker_users") == [("abc1234", "admin")]
+
+
 def test_policy_of_a_draining_project_is_409(api):
     api.put_project("p")
     api.put_project("p", status="draining")

@@ -181,26 +181,16 @@ def note_token_worker(user_id: str, worker_id: str) -> None:
     db.session.commit()
 
 
-_MAP_EVERY_S = 60.0
-_MAP_CACHE_MAX = 50_000
-_mapped: dict[str, tuple[str, float]] = {}
-
-
 def map_worker(user_id: str, worker_id: str) -> None:
-    """SavewebHQ's worker map: the worker id now names this user. Best
-    effort, as SavewebHQ's: written in the caller's transaction (no commit)
-    when this process last saw the id with another user or over a minute
-    ago, so a busy worker does not pay a write on every call."""
-    now = time.monotonic()
-    seen = _mapped.get(worker_id)
-    if seen is not None and seen[0] == user_id and now - seen[1] < _MAP_EVERY_S:
-        return
-    if len(_mapped) >= _MAP_CACHE_MAX:
-        _mapped.clear()
-    _mapped[worker_id] = (user_id, now)
+    """SavewebHQ's worker map: the worker id now names this user. Upserted on
+    every worker call, in the caller's transaction (no commit). A call that
+    changes nothing writes no new row version, so a busy worker costs one
+    index probe per call; the row stays right whichever web process served
+    the last call, and a deleted mapping comes back with the next call."""
     db.session.execute(text(
         "INSERT INTO worker_users (worker_id, user_id) VALUES (:w, :u) "
-        "ON CONFLICT (worker_id) DO UPDATE SET user_id = EXCLUDED.user_id, updated_at = now()"),
+        "ON CONFLICT (worker_id) DO UPDATE SET user_id = EXCLUDED.user_id, updated_at = now() "
+        "WHERE worker_users.user_id <> EXCLUDED.user_id"),
         {"u": user_id, "w": worker_id})
 
 
