@@ -70,18 +70,26 @@ class Defaults:
     FLEET_POOL_SIZE = 20
 
 
-def _coerce(raw: str):
+def _coerce(key: str, raw: str):
+    """Settings whose default is a string or unset (keys, paths, URLs, ids)
+    take the text as given, so an all-digit secret stays a string; the others
+    are read as JSON (numbers, booleans, lists)."""
+    if key in _TEXT_SETTINGS:
+        return raw
     try:
         return json.loads(raw)
     except ValueError:
         return raw
 
 
+_TEXT_SETTINGS = frozenset(k for k, v in vars(Defaults).items() if k.isupper() and (v is None or isinstance(v, str)))
+
+
 def load(overrides: dict | None = None) -> dict:
     cfg = {k: v for k, v in vars(Defaults).items() if k.isupper()}
     for key, raw in os.environ.items():
         if key.startswith("FLEETHQ_"):
-            cfg[key[len("FLEETHQ_"):]] = _coerce(raw)
+            cfg[key[len("FLEETHQ_"):]] = _coerce(key[len("FLEETHQ_"):], raw)
     for key in ("DATABASE_URL", "REDIS_URL"):
         if os.environ.get(key):
             cfg[key] = os.environ[key]

@@ -259,6 +259,19 @@ def test_the_secret_key_can_come_from_a_web_keygen_file(app, database_url, tmp_p
         make_app(closed_port_url(), check_schema=False)
 
 
+def test_an_all_digit_secret_key_is_taken_as_text(monkeypatch):
+    """Settings that hold text keep it as given: a secret of digits only (or
+    one that reads as JSON) is not turned into a number, while numeric
+    settings still are."""
+    monkeypatch.setenv("FLEETHQ_SECRET_KEY", "0123456789012345")
+    monkeypatch.setenv("FLEETHQ_PUBLIC_URL", "true")
+    monkeypatch.setenv("FLEETHQ_FLEET_POOL_SIZE", "32")
+    config = make_app(closed_port_url(), check_schema=False).config
+    assert config["SECRET_KEY"] == "0123456789012345"
+    assert config["PUBLIC_URL"] == "true"
+    assert config["FLEET_POOL_SIZE"] == 32
+
+
 # ------------------------------------------------------------------ --database-url
 
 def test_database_url_flag_overrides_database_url_and_empty_means_not_given(app, database_url):
