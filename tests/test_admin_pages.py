@@ -283,12 +283,15 @@ def test_nul_characters_are_a_bad_request_not_a_500(pages, api):
 
 # ------------------------------------------------------------------ enqueue
 
-def test_enqueue_by_paste_uses_default_ids_and_is_idempotent(pages, api):
+def test_enqueue_by_paste_uses_default_ids_and_is_idempotent(pages, api, app):
     api.put_project("paste")
     values = "https://example.org/a\n\n  https://example.org/b  \r\nhttps://example.org/a\n"
     message, page = pages.act("/admin/projects/paste/enqueue/values", {"values": values, "type": "seed"})
     assert message == "3 jobs submitted: 2 new, 1 already queued."
     assert default_job_id("https://example.org/a") in page
+    # The value exactly as typed, as hqctl and the API keep it.
+    assert sql(app, "SELECT value FROM jobs WHERE project_id = 'paste' ORDER BY id") == [
+        ("https://example.org/a",), ("  https://example.org/b  ",)]
     message, _ = pages.act("/admin/projects/paste/enqueue/values", {"values": values, "type": "seed"})
     assert "0 new" in message
     message, _ = pages.act("/admin/projects/paste/enqueue/values", {"values": "\n \n"}, expect="error")

@@ -35,8 +35,9 @@ def _normalize(raw, mode: str, line: int) -> dict:
 
 
 def _lines(text: str) -> list[tuple[int, str]]:
-    numbered = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1)]
-    numbered = [(n, line) for n, line in numbered if line]
+    # Values are kept exactly as typed (as hqctl and the API keep them): only
+    # lines that are blank after trimming are skipped.
+    numbered = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not numbered:
         raise InvalidRequest("nothing to enqueue: the list is empty")
     if len(numbered) > MAX_JOBS:
