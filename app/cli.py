@@ -16,6 +16,7 @@ from app.accounts.models import ROLES
 from app.cli_database import FleetGroup, database_url_option
 from app.errors import FleetError, InvalidRequest
 from app.extensions import db
+from workers.private_file import OpenToOthers, read_private
 from workers.protocol import is_identifier
 
 fleet = FleetGroup("fleet", help="Administer FleetHQ from the master host.")
@@ -92,17 +93,12 @@ def _read_token_file(path: str) -> str:
     holding more than a token's 1024 bytes (SavewebHQ's readSecretFile).
     """
     try:
-        mode = os.stat(path).st_mode
+        raw = read_private(path, _TOKEN_FILE_MAX_BYTES)
     except FileNotFoundError:
         return ""
-    except OSError as exc:
-        _refuse(f"{path}: {exc.strerror}")
-    if mode & 0o077:
+    except OpenToOthers:
         _refuse(f"{path}: secret file permissions must not allow group or other access "
                 f"(chmod 600 {path})")
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(_TOKEN_FILE_MAX_BYTES + 1)
     except OSError as exc:
         _refuse(f"{path}: {exc.strerror}")
     token = tokens.from_bytes(raw).strip()

@@ -1,7 +1,7 @@
 """Configuration: one class of defaults, overridden from the environment.
 
-``FLEETHQ_<NAME>`` sets any key below (values are parsed as JSON when they
-look like JSON); ``DATABASE_URL`` and ``REDIS_URL`` keep their usual names.
+``FLEETHQ_<NAME>`` sets any key below (values of numeric, boolean and list
+settings are parsed as JSON; text settings are taken as given); ``DATABASE_URL`` and ``REDIS_URL`` keep their usual names.
 When ``DATABASE_URL`` is set nowhere, a running ``make dev`` stack found in
 the data directory supplies both (:mod:`app.devstate`).
 """
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+
+from workers.private_file import OpenToOthers, read_private
 
 
 class Defaults:
@@ -129,13 +131,13 @@ def load(overrides: dict | None = None) -> dict:
 def read_secret_file(path: str) -> str:
     """A secret kept in a private file: refused when group or others may read it."""
     try:
-        mode = os.stat(path).st_mode
-        if mode & 0o077:
-            raise ValueError(f"secret file {path} must not allow group or other access (chmod 600)")
-        with open(path, encoding="utf-8") as fh:
-            value = fh.read(2048).strip()
+        value = read_private(path, 2048).decode("utf-8").strip()
+    except OpenToOthers:
+        raise ValueError(f"secret file {path} must not allow group or other access (chmod 600)") from None
     except OSError as exc:
         raise ValueError(f"cannot read secret file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"secret file {path} is not UTF-8 text") from None
     if not value or len(value) > 1024:
         raise ValueError(f"secret file {path} must hold 1..1024 characters")
     return value

@@ -14,7 +14,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-import stat
 import sys
 import time
 from importlib import metadata
@@ -23,6 +22,7 @@ from urllib.parse import quote, urlsplit
 import requests
 from urllib3.exceptions import NewConnectionError
 
+from workers.private_file import OpenToOthers, read_private
 from workers.protocol import CLIENT_VERSION_HEADER, master_base_url
 from workers.sdk._retry import retry_after_s
 from workers.sdk._transport import BearerAuth
@@ -111,17 +111,16 @@ def read_token_file(path: str) -> str:
     SavewebHQ's readSecretFile demands): a token other accounts on the machine
     can read is not secret any more."""
     try:
-        mode = os.stat(path).st_mode
-        if mode & 0o077:
-            raise UsageError(f"token file {path} is open to group or others (mode "
-                             f"{stat.S_IMODE(mode):04o}); run: chmod 600 {path}")
-        with open(path, encoding="utf-8") as handle:
-            token = handle.read().strip()
+        raw = read_private(path, 4 * MAX_TOKEN_BYTES)
+        token = raw.decode("utf-8").strip()
+    except OpenToOthers as exc:
+        raise UsageError(f"token file {path} is open to group or others (mode "
+                         f"{exc.mode:04o}); run: chmod 600 {path}") from None
     except OSError as exc:
         raise UsageError(f"cannot read token file {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise UsageError(f"token file {path} is not UTF-8 text") from None
-    if not token or len(token) > MAX_TOKEN_BYTES:
+    if not token or len(raw) > 4 * MAX_TOKEN_BYTES or len(token.encode()) > MAX_TOKEN_BYTES:
         raise UsageError(f"token file {path} holds no valid token")
     return token
 
