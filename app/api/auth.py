@@ -30,6 +30,10 @@ class WorkerCall:
     worker: Worker
     status: str                 # node or token-worker status: active, draining, pending…
     heartbeat_age_s: float | None
+    # The user the worker map names for this worker id now (token workers;
+    # None when unmapped), read in the same round trip so that an unchanged
+    # mapping costs no statement of its own.
+    mapped_user: str | None = None
 
 
 def bearer() -> str:
@@ -66,10 +70,11 @@ WHERE n.secret_hash = :h
 
 _TOKEN_CALL = f"""
 SELECT {accounts.TOKEN_LOOKUP_COLUMNS}, tw.status,
-       extract(epoch FROM now() - tw.last_heartbeat_at), {projects.VIEW_COLUMNS}
+       extract(epoch FROM now() - tw.last_heartbeat_at), wu.user_id, {projects.VIEW_COLUMNS}
 FROM {accounts.TOKEN_LOOKUP_FROM}
 LEFT JOIN projects p ON p.id = :p
 LEFT JOIN token_workers tw ON tw.user_id = u.id AND tw.worker_id = :w
+LEFT JOIN worker_users wu ON wu.worker_id = :w
 WHERE {accounts.TOKEN_LOOKUP_WHERE}
 """
 
@@ -97,6 +102,7 @@ def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
         status, age = row[1], row[3]
         project = _project(project_id, row[4:])
         worker = Worker(worker_id=row[0], owner=None)
+        mapped = None
     else:
         row = db.session.execute(text(_TOKEN_CALL), {"p": project_id, "w": worker_id,
                                                      **accounts.lookup_params(token)}).first()
@@ -106,14 +112,15 @@ def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
         status, age = row[4] or "active", row[5]
         # As SavewebHQ: an unknown project is 404 whoever asks; then the user
         # must be an active worker.
-        project = _project(project_id, row[6:])
+        project = _project(project_id, row[7:])
         if not _active_user_with(who, ("worker",)):
             raise PermissionDenied("active worker role required")
         if status == "revoked":
             raise PermissionDenied("this worker id was revoked")
         worker = Worker(worker_id=worker_id, owner=who.user_id)
+        mapped = row[6]
     g.principal = who
-    return WorkerCall(who, project, worker, status, None if age is None else float(age))
+    return WorkerCall(who, project, worker, status, None if age is None else float(age), mapped)
 
 
 def _project(project_id: str, project_row) -> "projects.ProjectView":

@@ -164,7 +164,7 @@ def _worker_call(project_id: str, schema: dict):
     if body_error is not None:
         raise body_error
     body = v.check(raw, schema)
-    if call.worker.owner is not None:
+    if call.worker.owner is not None and call.mapped_user != call.worker.owner:
         fleet.map_worker(call.worker.owner, call.worker.worker_id)
     return call, body
 

@@ -182,11 +182,11 @@ def note_token_worker(user_id: str, worker_id: str) -> None:
 
 
 def map_worker(user_id: str, worker_id: str) -> None:
-    """SavewebHQ's worker map: the worker id now names this user. Upserted on
-    every worker call, in the caller's transaction (no commit). A call that
-    changes nothing writes no new row version, so a busy worker costs one
-    index probe per call; the row stays right whichever web process served
-    the last call, and a deleted mapping comes back with the next call."""
+    """SavewebHQ's worker map: the worker id now names this user, in the
+    caller's transaction (no commit). Worker calls read the current mapping
+    with their credentials and call this whenever it differs (missing or
+    another user), so the map is right after every call, whichever web
+    process served it; an unchanged mapping costs nothing."""
     db.session.execute(text(
         "INSERT INTO worker_users (worker_id, user_id) VALUES (:w, :u) "
         "ON CONFLICT (worker_id) DO UPDATE SET user_id = EXCLUDED.user_id, updated_at = now() "
