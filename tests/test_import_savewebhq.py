@@ -18,7 +18,7 @@ from tests.helpers import Api, body, db_rows, sql
 from tests.savewebhq_source import BLOCKED, RECEIPTS, TIMEOUT, VERSION, count_by_state, fill
 
 TABLES = ("users", "machine_tokens", "projects", "project_dispatch", "jobs", "attempts",
-          "worker_users")
+          "worker_users", "worker_claim_buckets")
 
 
 def _scratch():
@@ -100,14 +100,20 @@ def test_every_table_is_carried_and_counted(app, source):
     assert summary["changed"] is True and summary["dry_run"] is False
     tables = summary["tables"]
     assert {k: (v["source"], v["new"]) for k, v in tables.items()
-            if k not in ("attempts", "claim_buckets")} == {
+            if k != "attempts"} == {
         "users": (5, 5), "machine_tokens": (4, 3), "projects": (3, 3), "jobs": (jobs, jobs),
-        "worker_users": (3, 3)}
+        "worker_users": (3, 3), "claim_buckets": (2, 2)}
     assert tables["machine_tokens"]["revoked_not_carried"] == 1
-    assert tables["claim_buckets"] == {"source": 2, "new": 0, "not_carried": 2}
+    assert db_rows(app, "SELECT worker_id, extract(epoch FROM bucket_started_at)::bigint AS t, "
+                        "claim_requests, jobs_dispatched, policy_version FROM worker_claim_buckets "
+                        "WHERE project_id = 'archive-web' ORDER BY 1") == [
+        {"worker_id": "abc1234", "t": 1760000000, "claim_requests": 3, "jobs_dispatched": 12,
+         "policy_version": 4},
+        {"worker_id": "def5678", "t": 1760000060, "claim_requests": 1, "jobs_dispatched": 1,
+         "policy_version": 4}]
     assert counts(app) == {"users": 5, "machine_tokens": 3, "projects": 3, "project_dispatch": 3,
                            "jobs": jobs, "attempts": tables["attempts"]["new"],
-                           "worker_users": 3}
+                           "worker_users": 3, "worker_claim_buckets": 2}
     by_state = db_rows(app, "SELECT state, count(*) AS n FROM attempts GROUP BY state")
     assert {r["state"]: r["n"] for r in by_state} == tables["attempts"]["new_by_state"]
     assert any("worker missing from the worker map (first: 22)" in w for w in summary["warnings"])

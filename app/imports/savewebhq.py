@@ -2,15 +2,16 @@
 
 One run reads the whole source from one snapshot into temporary tables of the
 target session (``savewebhq_stage``), checks it (``savewebhq_checks``), then
-writes users, machine tokens, projects, jobs with their attempts and the
-worker map set-based (``savewebhq_write``) and moves the job-id sequence past
+writes users, machine tokens, projects, jobs with their attempts, the
+worker map and the per-worker claim buckets set-based (``savewebhq_write``) and moves the job-id sequence past
 the imported ids, all in one target transaction: a refused or failed run
 writes nothing. Rows already in the target and equal are left alone, so a
 second run writes nothing and says so; a dry run does everything but write.
 
-Not carried: SavewebHQ's per-worker claim buckets (an audit history; FleetHQ
-keeps its own from the first claim on), web sessions (users sign in again), GitHub numeric ids and avatars,
-and the dispatch token bucket (it starts full, as for a new project).
+Not carried: web sessions (users sign in again), GitHub numeric ids and
+avatars, and the dispatch token bucket (it starts full, as for a new
+project). Claim buckets older than FleetHQ's retention are carried too and
+pruned by the clock like its own.
 """
 from __future__ import annotations
 
@@ -39,9 +40,12 @@ _PRESENT = {
     "jobs": "SELECT count(*) FROM sw_jobs s WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.id = s.id)",
     "worker_users": "SELECT count(*) FROM sw_workers s WHERE EXISTS "
                     "(SELECT 1 FROM worker_users w WHERE w.worker_id = s.worker_id)",
+    "claim_buckets": "SELECT count(*) FROM sw_claim_buckets s WHERE EXISTS (SELECT 1 FROM "
+                     "worker_claim_buckets b WHERE (b.project_id, b.worker_id, b.bucket_started_at) "
+                     "= (s.project_id, s.worker_id, s.bucket_started_at))",
 }
 _STAGE_OF = {"users": "sw_users", "machine_tokens": "sw_tokens", "projects": "sw_projects",
-             "jobs": "sw_jobs", "worker_users": "sw_workers"}
+             "jobs": "sw_jobs", "worker_users": "sw_workers", "claim_buckets": "sw_claim_buckets"}
 
 
 def _describe(url: str) -> str:
@@ -55,13 +59,15 @@ def _describe(url: str) -> str:
 def _read(src, tgt, totals, batch: int, say) -> None:
     for table in ("sw_users", "sw_projects", "sw_workers"):
         stage.copy_across(src, tgt, table)
+    if totals.claim_buckets:
+        stage.copy_across(src, tgt, "sw_claim_buckets")
     totals.tokens_plain_mismatch = stage.stage_tokens(src, tgt)
-    say("read users, machine tokens, projects and the worker map")
+    say("read users, machine tokens, projects, the worker map and the claim buckets")
     staged = 0
     for lo, hi in stage.job_ranges(totals, batch):
         staged += stage.copy_across(src, tgt, "sw_jobs", lo=lo, hi=hi)
         say(f"read {staged}/{totals.jobs} jobs")
-    tgt.execute("ANALYZE sw_users, sw_tokens, sw_projects, sw_workers, sw_jobs")
+    tgt.execute("ANALYZE sw_users, sw_tokens, sw_projects, sw_workers, sw_claim_buckets, sw_jobs")
 
 
 def _plan(tgt) -> dict:
@@ -95,6 +101,7 @@ def _write(tgt, totals, batch: int, say) -> list[str]:
         done += jobs
         say(f"wrote {done} jobs")
     write.insert_workers(tgt)
+    write.insert_claim_buckets(tgt)
     return small["token_users"]
 
 
@@ -183,8 +190,6 @@ def run(source_url: str, *, dry_run: bool = False, batch: int = 100_000,
     if changed and not dry_run and tables["jobs"]["new"]:
         db.session.execute(db.text("ANALYZE jobs, attempts"))
         db.session.commit()
-    tables["claim_buckets"] = {"source": totals.claim_buckets, "new": 0,
-                               "not_carried": totals.claim_buckets}
     if not changed:
         say("nothing to import: the target already holds every row of the source")
     return {"source": _describe(source_url), "dry_run": dry_run,

@@ -5,7 +5,8 @@ table comes from the same snapshot. Rows travel as ``COPY … TO STDOUT`` from
 the source straight into ``COPY … FROM STDIN`` of a temporary table on the
 target: no per-row Python work, whatever the number of jobs. The source
 queries already translate SavewebHQ's representation (Unix seconds, the
-``spec`` document, the worker map) into FleetHQ's column types; the stage
+``spec`` document, the worker map, millisecond claim buckets) into FleetHQ's
+column types; the stage
 tables vanish with the target transaction (``ON COMMIT DROP``).
 """
 from __future__ import annotations
@@ -52,6 +53,13 @@ STAGES = {
         "to_timestamp(updated_at) FROM tracker_projects"),
     "sw_workers": ("worker_id text PRIMARY KEY, user_id text",
                    "SELECT worker_id, user_id FROM tracker_workers"),
+    # Read only when the source has the table (totals().claim_buckets > 0).
+    "sw_claim_buckets": (
+        "project_id text, worker_id text, bucket_started_at timestamptz, claim_requests bigint, "
+        "jobs_dispatched bigint, policy_version bigint, "
+        "PRIMARY KEY (project_id, worker_id, bucket_started_at)",
+        "SELECT project_id, worker_id, to_timestamp(bucket_started_at_ms / 1000.0), claim_requests, "
+        "jobs_dispatched, policy_version FROM tracker_worker_claim_buckets"),
     # hops stays text here so that a value beyond FleetHQ's int range is
     # reported by the checks instead of failing the COPY.
     "sw_jobs": (

@@ -172,6 +172,19 @@ def insert_workers(tgt: psycopg.Connection) -> int:
     return tgt.execute(WORKERS).rowcount
 
 
+CLAIM_BUCKETS = """
+INSERT INTO worker_claim_buckets (project_id, worker_id, bucket_started_at, claim_requests,
+                                  jobs_dispatched, policy_version)
+SELECT project_id, worker_id, bucket_started_at, claim_requests, jobs_dispatched, policy_version
+FROM sw_claim_buckets
+ON CONFLICT (project_id, worker_id, bucket_started_at) DO NOTHING
+"""
+
+
+def insert_claim_buckets(tgt: psycopg.Connection) -> int:
+    return tgt.execute(CLAIM_BUCKETS).rowcount
+
+
 def move_job_sequence(tgt: psycopg.Connection, imported_max: int, *, write: bool) -> dict:
     """Make the next FleetHQ job id larger than every job id held and imported.
 
