@@ -100,7 +100,7 @@ def _error(response) -> APIError:
     if isinstance(err, dict) and isinstance(err.get("code"), str):
         return cls(str(err.get("message") or ""), code=err["code"], status=response.status_code,
                    retryable=bool(err.get("retryable")), retry_after_ms=hint_ms,
-                   details=err.get("details"))
+                   details=err.get("details"), envelope=err)
     # Not our envelope: a proxy or load balancer answered.
     text = (response.text or "").strip()[:200] or response.reason or "error without a body"
     return cls(text, code=f"http_{response.status_code}", status=response.status_code,
