@@ -29,18 +29,17 @@ The errors fit FleetHQ's tree:
         └── APIError        (status, error): every enveloped error answer,
                             with .code, .retryable, .retry_after_ms, .error
 """
-from __future__ import annotations
+# Imported under private names: the module's public names are exactly
+# saveweb_hq's (tests/test_sdk_savewebhq_api.py).
+from contextlib import contextmanager as _contextmanager
+from dataclasses import dataclass as _dataclass
 
-from contextlib import contextmanager
-from dataclasses import dataclass
-
-from workers import protocol
-from workers.protocol import is_int
+from workers import protocol as _protocol
 from workers.sdk import _errors
-from workers.sdk._errors import FleetHQError, ProtocolError, TransportError
 from workers.sdk._queue import ProjectQueue as _FleetQueue
-from workers.sdk._queue import new_worker_id
-from workers.sdk._transport import Transport, segment
+from workers.sdk._queue import new_worker_id as _new_worker_id
+from workers.sdk._transport import Transport as _Transport
+from workers.sdk._transport import segment as _segment
 
 __all__ = [
     "APIError",
@@ -53,7 +52,8 @@ __all__ = [
     "whoami",
 ]
 
-SavewebHQError = FleetHQError
+SavewebHQError = _errors.FleetHQError
+TransportError = _errors.TransportError
 
 
 class APIError(_errors.APIError):
@@ -67,13 +67,13 @@ class APIError(_errors.APIError):
         message = str(error.get("message", ""))
         super().__init__(message, code=code, status=status,
                          retryable=bool(error.get("retryable", False)),
-                         retry_after_ms=pause if is_int(pause) else 0,
+                         retry_after_ms=pause if _protocol.is_int(pause) else 0,
                          details=error.get("details"), envelope=error)
         self.error = error
         self.args = (f"HTTP {status}: {code}: {message}",)
 
 
-@contextmanager
+@_contextmanager
 def _savewebhq_errors():
     """FleetHQ's errors as SavewebHQ's SDK raises them."""
     try:
@@ -85,11 +85,11 @@ def _savewebhq_errors():
             raise TransportError(f"HTTP {exc.status} has no error envelope: {exc}",
                                  retryable=exc.retryable) from exc
         raise APIError(exc.status, exc.envelope) from exc
-    except ProtocolError as exc:
+    except _errors.ProtocolError as exc:
         raise TransportError(str(exc), retryable=False) from exc
 
 
-@dataclass(frozen=True, slots=True)
+@_dataclass(frozen=True, slots=True)
 class Config:
     """Where the master is and how to speak to it."""
     tracker_url: str
@@ -107,11 +107,12 @@ class Config:
             raise ValueError("request_timeout must be between 1 and 600 seconds")
 
 
-def _transport(config: Config) -> Transport:
+def _transport(config: Config) -> _Transport:
     config.validate()
     with _savewebhq_errors():
-        return Transport(config.tracker_url, config.machine_token, config.client_version,
-                         allow_http=config.allow_http_tracker, timeout_s=config.request_timeout)
+        return _Transport(config.tracker_url, config.machine_token, config.client_version,
+                         allow_http=config.allow_http_tracker, timeout_s=config.request_timeout,
+                         http_hint="set Config(allow_http_tracker=True) on a trusted network")
 
 
 class ProjectQueue:
@@ -123,12 +124,12 @@ class ProjectQueue:
         if not project_id:
             raise ValueError("project_id is required")
         self.project_id = project_id
-        self.worker_id = new_worker_id()
+        self.worker_id = _new_worker_id()
         self._transport = _transport(config)
         self._queue = _FleetQueue(self._transport, project_id, worker_id=self.worker_id,
                                   lease_seconds=None, long_poll_ms=0, renew=False,
                                   accept_types=None)
-        self._jobs_path = f"projects/{segment(project_id)}/jobs"
+        self._jobs_path = f"projects/{_segment(project_id)}/jobs"
 
     def close(self) -> None:
         self._queue.close()
@@ -149,7 +150,7 @@ class ProjectQueue:
             The claim answer: ``project_id``, ``jobs``, ``retry_after_ms``,
             ``policy_version``.
         """
-        if not is_int(max_jobs) or max_jobs < 1:
+        if not _protocol.is_int(max_jobs) or max_jobs < 1:
             raise ValueError("max_jobs must be positive")
         with _savewebhq_errors():
             response = self._queue.claim_response(
@@ -199,4 +200,4 @@ def whoami(config: Config) -> str:
 def default_job_id(job_type: str, value: str) -> str:
     """The v1 external job id of ``value`` (not normalized); an empty
     ``job_type`` is ``seed``. Arguments in SavewebHQ's order."""
-    return protocol.default_job_id(value, job_type or "seed")
+    return _protocol.default_job_id(value, job_type or "seed")
