@@ -320,17 +320,22 @@ def test_a_missing_project_is_a_404(hq):
 
 # ============================================ answers only a stand-in can give
 
-class StandIn:
-    """A tiny HTTP server answering every request with one canned answer and
-    keeping the request headers."""
+NO_STORE = {"Cache-Control": "no-store", "Content-Type": "application/json"}
+WHOAMI = (200, b'{"user_id": "u1"}', NO_STORE)
 
-    def __init__(self, status: int, body: bytes, headers: dict):
+
+class StandIn:
+    """A tiny HTTP server giving canned answers (status, body, headers) in
+    turn, the last one for ever, and keeping each request's headers."""
+
+    def __init__(self, answers: list[tuple[int, bytes, dict]]):
         self.requests: list[dict] = []
         stand_in = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802 (http.server's name)
                 stand_in.requests.append(dict(self.headers))
+                status, body, headers = answers[min(len(stand_in.requests), len(answers)) - 1]
                 self.send_response(status)
                 for name, value in {"Content-Length": str(len(body)), **headers}.items():
                     self.send_header(name, value)
@@ -341,7 +346,8 @@ class StandIn:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.config = Config(f"http://127.0.0.1:{self.server.server_address[1]}", "tok",
+                             "sinavideo/2.4.0", allow_http_tracker=True)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self):
@@ -353,8 +359,8 @@ class StandIn:
 def stand_in():
     servers = []
 
-    def start(status: int, body: bytes, **headers) -> StandIn:
-        servers.append(StandIn(status, body, headers))
+    def start(*answers) -> StandIn:
+        servers.append(StandIn(list(answers)))
         return servers[-1]
     yield start
     for server in servers:
@@ -362,9 +368,8 @@ def stand_in():
 
 
 def test_sends_savewebhqs_client_version_header(stand_in):
-    server = stand_in(200, b'{"user_id": "u1"}', **{"Cache-Control": "no-store",
-                                                    "Content-Type": "application/json"})
-    assert whoami(Config(server.url, "tok", "sinavideo/2.4.0", allow_http_tracker=True)) == "u1"
+    server = stand_in(WHOAMI)
+    assert whoami(server.config) == "u1"
     (headers,) = server.requests
     assert headers["X-SavewebHQ-Client-Version"] == "sinavideo/2.4.0"
     assert headers["Authorization"] == "Bearer tok"
@@ -374,9 +379,28 @@ def test_sends_savewebhqs_client_version_header(stand_in):
     (400, b"bad request", {"Cache-Control": "no-store"}, "no error envelope"),
     (200, b'{"user_id": "u1"}', {"Cache-Control": "no-store, max-age=60"}, "cacheable"),
     (200, b"not json", {"Cache-Control": "no-store"}, "not JSON"),
+    (302, b"", {"Location": "https://elsewhere.example/"}, "not following it"),
 ])
 def test_untrustworthy_answers_are_transport_errors(stand_in, status, body, headers, message):
-    server = stand_in(status, body, **headers)
+    server = stand_in((status, body, headers))
     with pytest.raises(TransportError, match=message):
-        whoami(Config(server.url, "tok", "v1", allow_http_tracker=True))
+        whoami(server.config)
     assert len(server.requests) == 1  # refused, not retried
+
+
+def test_5xx_is_retried_by_fleethqs_retry_policy(stand_in):
+    """The one retry policy of the worker side, not SavewebHQ's 429-only one."""
+    server = stand_in((503, b"busy", {}), WHOAMI)
+    assert whoami(server.config) == "u1"
+    assert len(server.requests) == 2
+
+
+def test_a_429_asking_for_too_long_a_pause_is_raised_with_its_hint(stand_in):
+    envelope = {"error": {"code": "project_dispatch_rate_limited", "message": "slow down",
+                          "retryable": True, "retry_after_ms": 200_000}}
+    server = stand_in((429, json.dumps(envelope).encode(), NO_STORE))
+    with pytest.raises(APIError) as raised:
+        whoami(server.config)
+    assert (raised.value.status, raised.value.retryable, raised.value.retry_after_ms) == (
+        429, True, 200_000)
+    assert len(server.requests) == 1
