@@ -264,7 +264,7 @@ def open_project_queue(url: str, token: str, project_id: str, *, client_version:
         url: the master's base URL; https unless ``allow_http``.
         token: a machine token (role worker) or an enrolled node's secret.
         project_id: the project to work on.
-        client_version: sent as ``X-Client-Version``; must be on the
+        client_version: sent as ``X-SavewebHQ-Client-Version``; must be on the
             project's allow-list.
         worker_id: this worker's id; default: a node's own id, else a fresh
             seven-character id for this queue instance.
