@@ -66,7 +66,8 @@ with open_project_queue(config, os.environ["HQ_PROJECT"]) as queue:
                 done.append({**ref, "outcome": {"kind": "success", "code": 200,
                                                 "uri": None, "meta": {}},
                              "artifact_receipts": [{
-                                 "id": "receipt-" + job["id"], "issuer": "https://artifacts.example",
+                                 "id": "receipt-" + job["id"],
+                                 "issuer": "https://artifacts.example",
                                  "object_id": job["id"], "checksum": "sha256:" + "ab" * 32,
                                  "size_bytes": 123, "accepted_at": int(time.time())}]})
         for batch, report_batch in ((done, queue.complete), (failed, queue.fail)):
@@ -110,7 +111,8 @@ def test_a_saveweb_hq_worker_runs_with_only_its_import_changed(hq):
     hq.put_project(P)
     hq.enqueue(P, specs(3, "ok") + [{"id": "bad-0", "value": "https://example.test/gone",
                                      "type": "seed"}])
-    source = SAVEWEB_HQ_WORKER.replace("from saveweb_hq import", "from workers.sdk.savewebhq import")
+    source = SAVEWEB_HQ_WORKER.replace("from saveweb_hq import",
+                                       "from workers.sdk.savewebhq import")
     assert source.count("\n") == SAVEWEB_HQ_WORKER.count("\n") and source != SAVEWEB_HQ_WORKER
 
     report = run_script(source, {"HQ_URL": hq.url, "HQ_TOKEN": hq.worker.token,
@@ -386,6 +388,14 @@ def test_untrustworthy_answers_are_transport_errors(stand_in, status, body, head
     with pytest.raises(TransportError, match=message):
         whoami(server.config)
     assert len(server.requests) == 1  # refused, not retried
+
+
+def test_a_malformed_policy_is_a_transport_error(stand_in):
+    server = stand_in((200, json.dumps({"project_id": P}).encode(), NO_STORE))
+    with open_project_queue(server.config, P) as queue, pytest.raises(TransportError,
+                                                                       match="policy"):
+        queue.claim()
+    assert len(server.requests) == 1
 
 
 def test_5xx_is_retried_by_fleethqs_retry_policy(stand_in):

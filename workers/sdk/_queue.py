@@ -192,7 +192,8 @@ class ProjectQueue:
         if self._closed.is_set():
             raise FleetHQError("queue is closed")
 
-    def _send_claim(self, max_jobs, lease_seconds, accept_types, wait_ms) -> tuple[dict, int, float]:
+    def _send_claim(self, max_jobs, lease_seconds, accept_types,
+                    wait_ms) -> tuple[dict, int, float]:
         """One paced claim request (the caller holds the claim lock); returns
         the answer, the lease asked for and when the request was sent."""
         if max_jobs is not None and (not is_int(max_jobs) or max_jobs < 1):
