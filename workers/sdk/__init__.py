@@ -25,6 +25,9 @@ Every error the SDK raises on purpose is a FleetHQError:
 Only 429, 5xx and network errors are retried (jittered exponential backoff,
 bounded by RetryPolicy.attempts); other 4xx answers are raised at once.
 Nothing here imports the master (``app``) or Flask.
+
+``workers.sdk.savewebhq`` offers SavewebHQ's Python SDK API (``saveweb_hq``:
+``Config``, batch ``complete``/``fail``, raw claim answers) on this SDK.
 """
 from workers.sdk._errors import (
     APIError,

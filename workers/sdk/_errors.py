@@ -27,11 +27,13 @@ class APIError(FleetHQError):
     """The master answered with an error status.
 
     ``code`` is the envelope's code (``http_<status>`` when the answer carried
-    no FleetHQ envelope, e.g. from a proxy); ``details`` is always a dict.
+    no FleetHQ envelope, e.g. from a proxy); ``details`` is always a dict;
+    ``envelope`` is the answer's ``error`` object as received (None without one).
     """
 
     def __init__(self, message: str, *, code: str, status: int, retryable: bool = False,
-                 retry_after_ms: int | None = None, details: dict | None = None):
+                 retry_after_ms: int | None = None, details: dict | None = None,
+                 envelope: dict | None = None):
         super().__init__(f"{status} {code}: {message}")
         self.message = message
         self.code = code
@@ -39,6 +41,7 @@ class APIError(FleetHQError):
         self.retryable = retryable
         self.retry_after_ms = retry_after_ms
         self.details = details if isinstance(details, dict) else {}
+        self.envelope = envelope
 
 
 class AuthError(APIError):

@@ -139,30 +139,10 @@ class ProjectQueue:
             Conflict: the project is draining or archived (``project_not_active``).
             FleetHQError: the queue is closed; or any other API/transport error.
         """
-        if max_jobs is not None and (not is_int(max_jobs) or max_jobs < 1):
-            raise ValueError("max_jobs must be an integer >= 1")
-        wait_ms = self._long_poll_ms if wait_ms is None else wait_ms
-        if not is_int(wait_ms) or not 0 <= wait_ms <= MAX_WAIT_MS:
-            raise ValueError(f"wait_ms must be 0..{MAX_WAIT_MS}")
         with self._claim_lock:
-            self._check_open()
-            policy = self._current_policy()
-            if not self._pacer.wait(self._closed):
-                self._check_open()
-            self._pacer.started()
-            want = min(max_jobs or policy.max_jobs_per_claim, policy.max_jobs_per_claim, BATCH)
-            lease = self._lease_seconds or policy.recommended_lease_seconds
-            body = {"worker_id": self._worker_id, "max_jobs": want, "lease_seconds": lease,
-                    "policy_version": policy.policy_version}
-            if self._accept_types is not None:
-                body["accept_types"] = list(self._accept_types)
-            if wait_ms:
-                body["wait_ms"] = wait_ms
-            sent = time.monotonic()
-            data = self._transport.call("POST", f"projects/{segment(self._project_id)}/jobs/claim",
-                                        body, extra_read_s=wait_ms / 1000.0)
+            data, lease, sent = self._send_claim(max_jobs, self._lease_seconds,
+                                                 self._accept_types, wait_ms)
             jobs = self._jobs_from(data, lease, sent)
-            self._after_claim(data, policy)
         if self._renewer is not None and jobs:
             try:
                 self._renewer.track(jobs)
@@ -170,6 +150,20 @@ class ProjectQueue:
                 for job in jobs:
                     job.lose("the queue was closed")
         return jobs
+
+    def claim_response(self, max_jobs: int | None = None, *, lease_seconds: int | None = None,
+                       accept_types: list[str] | None = None,
+                       wait_ms: int | None = None) -> dict:
+        """Claim as :meth:`claim` does (policy, clamp, pacing, retries) but
+        return the master's answer as sent: no ``Job`` handles, nothing renewed.
+        For callers that report and extend by batch themselves
+        (``workers.sdk.savewebhq``). ``lease_seconds`` and ``accept_types`` go
+        into the request as given; None means the queue's own."""
+        with self._claim_lock:
+            data, _, _ = self._send_claim(
+                max_jobs, self._lease_seconds if lease_seconds is None else lease_seconds,
+                self._accept_types if accept_types is None else accept_types, wait_ms)
+        return data
 
     def close(self) -> None:
         """Stop renewing (joins the thread) and release the HTTP session.
@@ -198,6 +192,36 @@ class ProjectQueue:
         if self._closed.is_set():
             raise FleetHQError("queue is closed")
 
+    def _send_claim(self, max_jobs, lease_seconds, accept_types,
+                    wait_ms) -> tuple[dict, int, float]:
+        """One paced claim request (the caller holds the claim lock); returns
+        the answer, the lease asked for and when the request was sent."""
+        if max_jobs is not None and (not is_int(max_jobs) or max_jobs < 1):
+            raise ValueError("max_jobs must be an integer >= 1")
+        wait_ms = self._long_poll_ms if wait_ms is None else wait_ms
+        if not is_int(wait_ms) or not 0 <= wait_ms <= MAX_WAIT_MS:
+            raise ValueError(f"wait_ms must be 0..{MAX_WAIT_MS}")
+        self._check_open()
+        policy = self._current_policy()
+        if not self._pacer.wait(self._closed):
+            self._check_open()
+        self._pacer.started()
+        want = min(max_jobs or policy.max_jobs_per_claim, policy.max_jobs_per_claim, BATCH)
+        lease = policy.recommended_lease_seconds if lease_seconds is None else lease_seconds
+        body = {"worker_id": self._worker_id, "max_jobs": want, "lease_seconds": lease,
+                "policy_version": policy.policy_version}
+        if accept_types is not None:
+            body["accept_types"] = list(accept_types)
+        if wait_ms:
+            body["wait_ms"] = wait_ms
+        sent = time.monotonic()
+        data = self._transport.call("POST", f"projects/{segment(self._project_id)}/jobs/claim",
+                                    body, extra_read_s=wait_ms / 1000.0)
+        if not isinstance(data.get("jobs"), list) or not is_int(data.get("policy_version")):
+            raise ProtocolError(f"claim answer has an unexpected shape: {data!r:.200}")
+        self._after_claim(data, policy)
+        return data, lease, sent
+
     def _current_policy(self) -> Policy:
         policy = self._policy
         if (policy is None or self._policy_stale
@@ -206,11 +230,8 @@ class ProjectQueue:
         return policy
 
     def _jobs_from(self, data: dict, lease: int, sent: float) -> list[Job]:
-        raw = data.get("jobs")
-        if not isinstance(raw, list) or not is_int(data.get("policy_version")):
-            raise ProtocolError(f"claim answer has an unexpected shape: {data!r:.200}")
         jobs = []
-        for item in raw:
+        for item in data["jobs"]:
             info = JobInfo.from_wire(item)
             jobs.append(Job(info, lease, reporter=self._reporter, tracker=self._renewer,
                             sent_mono=sent,
@@ -244,7 +265,7 @@ def open_project_queue(url: str, token: str, project_id: str, *, client_version:
         url: the master's base URL; https unless ``allow_http``.
         token: a machine token (role worker) or an enrolled node's secret.
         project_id: the project to work on.
-        client_version: sent as ``X-Client-Version``; must be on the
+        client_version: sent as ``X-SavewebHQ-Client-Version``; must be on the
             project's allow-list.
         worker_id: this worker's id; default: a node's own id, else a fresh
             seven-character id for this queue instance.

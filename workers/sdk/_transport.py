@@ -33,16 +33,19 @@ _CACHEABLE = ("public", "immutable", "max-age", "s-maxage", "stale-while-revalid
               "stale-if-error")
 
 
-def base_url(url: str, *, allow_http: bool) -> str:
-    """The master's base URL without a trailing slash.
+HTTP_HINT = "pass allow_http=True on a trusted network"
+
+
+def base_url(url: str, *, allow_http: bool, http_hint: str = HTTP_HINT) -> str:
+    """The master's base URL without a trailing slash; ``http_hint`` says how
+    the caller allows plain http.
 
     Raises:
         ProtocolError: not http(s), credentials or a query in the URL, or plain
             http without ``allow_http`` (the bearer token would travel in clear).
     """
     try:
-        return master_base_url(url, allow_http=allow_http,
-                               http_hint="pass allow_http=True on a trusted network")
+        return master_base_url(url, allow_http=allow_http, http_hint=http_hint)
     except ValueError as exc:
         raise ProtocolError(str(exc)) from None
 
@@ -100,7 +103,7 @@ def _error(response) -> APIError:
     if isinstance(err, dict) and isinstance(err.get("code"), str):
         return cls(str(err.get("message") or ""), code=err["code"], status=response.status_code,
                    retryable=bool(err.get("retryable")), retry_after_ms=hint_ms,
-                   details=err.get("details"))
+                   details=err.get("details"), envelope=err)
     # Not our envelope: a proxy or load balancer answered.
     text = (response.text or "").strip()[:200] or response.reason or "error without a body"
     return cls(text, code=f"http_{response.status_code}", status=response.status_code,
@@ -117,13 +120,14 @@ class Transport:
 
     def __init__(self, url: str, token: str, client_version: str, *, allow_http: bool = False,
                  session: requests.Session | None = None, retry: RetryPolicy | None = None,
-                 timeout_s: float = READ_TIMEOUT_S, rng: random.Random | None = None):
+                 timeout_s: float = READ_TIMEOUT_S, rng: random.Random | None = None,
+                 http_hint: str = HTTP_HINT):
         token = (token or "").strip()
         if not token or not token.isascii() or not token.isprintable() or " " in token:
             raise ValueError("token must be a non-empty printable ASCII string")
         if not client_version or not str(client_version).isprintable():
             raise ValueError("client_version is required")
-        self.base = base_url(url, allow_http=allow_http)
+        self.base = base_url(url, allow_http=allow_http, http_hint=http_hint)
         self.retry = retry or RetryPolicy()
         self.timeout_s = timeout_s
         self._auth = BearerAuth(token)
