@@ -331,7 +331,8 @@ def test_admin_list_shows_failures_with_last_error(app, pipeline, consumers):
 
 def test_202_waits_for_the_completion_callback(app, client, pipeline, consumers, admin_token):
     consumer = consumers(status=202)
-    add_consumer(pipeline, consumer.url)
+    created = add_consumer(pipeline, consumer.url)
+    assert created["completion_timeout_seconds"] == 3600  # the default
     archive(app, pipeline, "10.1234/async", seed=4)
     [delivery_id] = delivery_ids(app)
 
@@ -339,9 +340,15 @@ def test_202_waits_for_the_completion_callback(app, client, pipeline, consumers,
     row = delivery(app, delivery_id)
     assert (row["state"], row["tries"], row["last_status"], row["delivered_at"]) == (
         "awaiting_callback", 1, 202, None)
-    assert outbox_rows(app, delivery_id)[0]["done_at"] is not None  # no re-POST while waiting
+    # Accepted is not done: the outbox row stays open, due after the completion timeout.
+    [waiting_row] = outbox_rows(app, delivery_id)
+    assert waiting_row["done_at"] is None and 3600 <= waiting_row["delay_s"] <= 3600 + 60
     waiting = body(admin_list(pipeline, "?state=awaiting_callback"))["deliveries"]
     assert [d["delivery_id"] for d in waiting] == [str(delivery_id)]
+    # No re-POST before the completion timeout, however often a hint arrives.
+    assert deliver(app, delivery_id) is None
+    assert len(consumer.requests) == 1
+    assert delivery(app, delivery_id)["state"] == "awaiting_callback"
 
     payload = consumer.requests[0]["json"]
     path, token = payload["callback_url"], payload["callback_token"]
@@ -354,16 +361,86 @@ def test_202_waits_for_the_completion_callback(app, client, pipeline, consumers,
     assert callback(client, other, token).status_code in (401, 403, 404)
     assert delivery(app, delivery_id)["state"] == "awaiting_callback"
 
+    # The completion timeout passes without a callback: the delivery is sent
+    # again, same delivery id and callback token, and waits again.
+    expire_wait(app, delivery_id)
+    assert deliver(app, delivery_id) == "awaiting_callback"
+    assert len(consumer.requests) == 2
+    again = consumer.requests[1]["json"]
+    assert (again["delivery_id"], again["callback_token"]) == (str(delivery_id), token)
+    row = delivery(app, delivery_id)
+    assert (row["state"], row["tries"], row["last_status"]) == ("awaiting_callback", 2, 202)
+    [rewaiting] = outbox_rows(app, delivery_id)
+    assert rewaiting["done_at"] is None and rewaiting["later"]
+
     done = callback(client, path, token)
     assert done.status_code == 200, done.json
     assert done.json["state"] == "delivered"
     row = delivery(app, delivery_id)
     assert row["state"] == "delivered" and row["delivered_at"] is not None
+    assert outbox_rows(app, delivery_id)[0]["done_at"] is not None  # nothing re-sends it now
     # A replayed callback is idempotent.
     replay = callback(client, path, token)
     assert replay.status_code == 200 and replay.json["state"] == "delivered"
     assert delivery(app, delivery_id)["state"] == "delivered"
-    assert len(consumer.requests) == 1
+    expire_wait(app, delivery_id)
+    assert deliver(app, delivery_id) is None
+    assert len(consumer.requests) == 2
+
+
+def expire_wait(app, delivery_id: int) -> None:
+    """Move a 202's completion deadline (and its outbox row) into the past."""
+    rows(app, "UPDATE hook_deliveries SET awaiting_until = now() - interval '1 second' "
+              "WHERE id = :d", d=delivery_id)
+    rows(app, "UPDATE outbox SET due_at = now() - interval '1 second' "
+              "WHERE topic = 'hook_delivery' AND ref = :d AND done_at IS NULL", d=delivery_id)
+
+
+def test_202_without_a_callback_fails_after_the_last_try_and_a_late_callback_still_counts(
+        app, client, pipeline, consumers):
+    consumer = consumers(status=202)
+    add_consumer(pipeline, consumer.url)
+    archive(app, pipeline, "10.1234/never-calls", seed=15)
+    [delivery_id] = delivery_ids(app)
+    rows(app, "UPDATE hook_deliveries SET tries = 19 WHERE id = :d", d=delivery_id)
+    assert deliver(app, delivery_id) == "awaiting_callback"  # the 20th try, answered 202
+    expire_wait(app, delivery_id)
+    assert deliver(app, delivery_id) is None
+    assert len(consumer.requests) == 1  # no 21st POST
+    row = delivery(app, delivery_id)
+    assert (row["state"], row["tries"]) == ("failed", 20)
+    assert "no completion callback within 3600 s" in row["last_error"]
+    assert outbox_rows(app, delivery_id)[0]["done_at"] is not None
+    failed = body(admin_list(pipeline, "?state=failed"))["deliveries"]
+    assert [d["delivery_id"] for d in failed] == [str(delivery_id)]
+
+    # The converter finishes after all: its callback is the truth.
+    payload = consumer.requests[0]["json"]
+    late = callback(client, payload["callback_url"], payload["callback_token"])
+    assert late.status_code == 200 and late.json["state"] == "delivered"
+    assert delivery(app, delivery_id)["state"] == "delivered"
+    assert body(admin_list(pipeline, "?state=failed"))["deliveries"] == []
+
+
+def test_a_consumer_down_after_its_202_is_retried_with_backoff(app, pipeline, consumers):
+    """The re-send after the completion timeout finds the converter down: the
+    usual retry backoff applies, and when it is back the delivery waits again."""
+    consumer = consumers(status=202)
+    add_consumer(pipeline, consumer.url)
+    archive(app, pipeline, "10.1234/down-later", seed=16)
+    [delivery_id] = delivery_ids(app)
+    assert deliver(app, delivery_id) == "awaiting_callback"
+    consumer.status = 503
+    expire_wait(app, delivery_id)
+    assert deliver(app, delivery_id) == "pending"
+    row = delivery(app, delivery_id)
+    assert (row["state"], row["tries"], row["last_status"]) == ("pending", 2, 503)
+    [retry] = outbox_rows(app, delivery_id)
+    assert retry["done_at"] is None and retry["later"]
+    consumer.status = 202
+    assert deliver(app, delivery_id) == "awaiting_callback"
+    assert delivery(app, delivery_id)["tries"] == 3
+    assert len({r["json"]["callback_token"] for r in consumer.requests}) == 1
 
 
 def test_callback_needs_a_callback_token_not_a_node_secret(app, client, pipeline, consumers):
@@ -407,8 +484,11 @@ def test_disabled_consumers_are_skipped_and_each_enabled_one_gets_a_delivery(
     assert first.requests[0]["json"]["sha256"] == second.requests[0]["json"]["sha256"]
     states = {row["consumer_id"]: row["state"] for row in
               rows(app, "SELECT consumer_id, state FROM hook_deliveries")}
-    assert states[int(late["consumer_id"])] != "delivered"
+    assert states[int(late["consumer_id"])] == "skipped"  # on purpose: not a failure
     assert sorted(states.values()).count("delivered") == 2
+    assert body(admin_list(pipeline, "?state=failed"))["deliveries"] == []
+    skipped = body(admin_list(pipeline, "?state=skipped"))["deliveries"]
+    assert [d["consumer_id"] for d in skipped] == [late["consumer_id"]]
     assert rows(app, "SELECT id FROM outbox WHERE done_at IS NULL") == []  # nothing retries forever
 
     # A second archived asset: again one delivery per enabled consumer.
