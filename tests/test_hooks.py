@@ -706,3 +706,123 @@ def test_public_url_prefixes_the_download_and_callback_urls(app, client, pipelin
     assert payload["download_url"].startswith("https://hq.example.org/api/v1/assets/")
     assert payload["callback_url"] == (
         f"https://hq.example.org/api/v1/hooks/deliveries/{delivery_id}/complete")
+
+
+# --------------------------------------- completion timeout, settable per consumer
+
+
+def test_completion_timeout_is_validated_on_create_and_update(app, pipeline, consumers):
+    consumer = consumers(status=202)
+    base = f"/api/v1/admin/projects/{pipeline.project}/hooks"
+    for bad in (9, 604801, 0, -1, "60", True, 60.5, None):
+        response = pipeline.api.call("POST", base, {"name": "x", "url": consumer.url,
+                                                    "completion_timeout_seconds": bad})
+        assert response.status_code == 400, bad
+        assert body(response)["error"]["details"] == {"field": "completion_timeout_seconds"}, bad
+    assert body(pipeline.api.call("GET", base))["consumers"] == []
+    created = add_consumer(pipeline, consumer.url, completion_timeout_seconds=10)
+    assert created["completion_timeout_seconds"] == 10
+    path = f"{base}/{created['consumer_id']}"
+    for bad in (604801, "3600", False):
+        response = pipeline.api.call("PATCH", path, {"completion_timeout_seconds": bad})
+        assert response.status_code == 400, bad
+        assert body(response)["error"]["details"] == {"field": "completion_timeout_seconds"}
+    patched = pipeline.api.call("PATCH", path, {"completion_timeout_seconds": 604800})
+    assert patched.status_code == 200 and body(patched)["completion_timeout_seconds"] == 604800
+    [listed] = body(pipeline.api.call("GET", base))["consumers"]
+    assert listed["completion_timeout_seconds"] == 604800
+
+    # The consumer's own timeout decides when a 202 is sent again.
+    pipeline.api.call("PATCH", path, {"completion_timeout_seconds": 45})
+    archive(app, pipeline, "10.1234/own-timeout", seed=17)
+    [delivery_id] = delivery_ids(app)
+    assert deliver(app, delivery_id) == "awaiting_callback"
+    wait = one(app, "SELECT extract(epoch FROM awaiting_until - updated_at) AS s FROM hook_deliveries "
+                    "WHERE id = :d", d=delivery_id)["s"]
+    assert 45 + 5 <= wait <= 45 + 5 + 30  # the timeout, plus the first backoff step
+
+
+# ------------------------------------------- ensure again: backfill and re-enable
+
+
+def ensure(app, batch: int | None = None) -> dict:
+    from app.extensions import db
+    from app.hooks import backfill
+    with app.app_context():
+        try:
+            return backfill.ensure(batch) if batch is not None else backfill.ensure()
+        finally:
+            db.session.remove()
+
+
+def test_consumer_added_later_gets_every_earlier_asset_in_bounded_batches(
+        app, pipeline, consumers, hints):
+    staged = [archive(app, pipeline, f"10.1234/before-{i}", seed=20 + i) for i in range(3)]
+    assert delivery_ids(app) == []  # no consumer yet
+    consumer = consumers()
+    add_consumer(pipeline, consumer.url)
+    assert delivery_ids(app) == []
+
+    assert ensure(app, batch=2) == {"backfilled": 2, "revived": 0}
+    assert len(delivery_ids(app)) == 2
+    assert ensure(app, batch=2) == {"backfilled": 1, "revived": 0}
+    assert ensure(app, batch=2) == {"backfilled": 0, "revived": 0}  # idempotent
+    ids = delivery_ids(app)
+    assert len(ids) == 3
+    assert sorted(ref for name, (ref,) in hints.recorder.enqueued if name == "deliver_hook") == ids
+    for delivery_id in ids:
+        assert deliver(app, delivery_id) == "delivered"
+    assert sorted(r["json"]["sha256"] for r in consumer.requests) == sorted(s.sha256 for s in staged)
+
+    # An asset archived now gets its delivery from the archive commit; the
+    # backfill does not add a second one.
+    archive(app, pipeline, "10.1234/after", seed=30)
+    assert len(delivery_ids(app)) == 4
+    assert ensure(app) == {"backfilled": 0, "revived": 0}
+    assert len(delivery_ids(app)) == 4
+
+
+def test_reconciler_backfills_after_a_restart(app, pipeline, consumers, make_broker):
+    """The real tasks path: the periodic reconcile finds the gap and the
+    deliveries go out through the worker."""
+    archive(app, pipeline, "10.1234/old-1", seed=31)
+    archive(app, pipeline, "10.1234/old-2", seed=32)
+    consumer = consumers()
+    add_consumer(pipeline, consumer.url)
+    broker = make_broker()
+    actors.reconcile.send()
+    run_worker(broker)
+    assert sorted(broker.recorder.names()) == ["deliver_hook", "deliver_hook", "reconcile"]
+    assert len(consumer.requests) == 2
+    assert sorted(r["state"] for r in rows(app, "SELECT state FROM hook_deliveries")) == [
+        "delivered", "delivered"]
+
+
+def test_disabled_consumer_is_skipped_and_reenabling_sends_everything_again(
+        app, client, pipeline, consumers, hints):
+    consumer = consumers()
+    created = add_consumer(pipeline, consumer.url)
+    path = f"/api/v1/admin/projects/{pipeline.project}/hooks/{created['consumer_id']}"
+    archive(app, pipeline, "10.1234/while-on", seed=40)
+    [first] = delivery_ids(app)
+    assert pipeline.api.call("PATCH", path, {"enabled": False}).status_code == 200
+    assert deliver(app, first) is None
+    assert delivery(app, first)["state"] == "skipped"
+    archive(app, pipeline, "10.1234/while-off", seed=41)
+    assert delivery_ids(app) == [first]  # no delivery for a disabled consumer
+    assert ensure(app) == {"backfilled": 0, "revived": 0}  # nor from the backfill
+    assert consumer.requests == []
+
+    # Skipped is not a failure: not in the failed filter, the dashboard or the metrics of failures.
+    assert body(admin_list(pipeline, "?state=failed"))["deliveries"] == []
+    assert [d["state"] for d in body(admin_list(pipeline))["deliveries"]] == ["skipped"]
+
+    assert pipeline.api.call("PATCH", path, {"enabled": True}).status_code == 200
+    assert ensure(app) == {"backfilled": 1, "revived": 1}
+    ids = delivery_ids(app)
+    assert len(ids) == 2
+    assert delivery(app, first)["state"] == "pending" and delivery(app, first)["tries"] == 0
+    for delivery_id in ids:
+        assert deliver(app, delivery_id) == "delivered"
+    assert len(consumer.requests) == 2
+    assert ensure(app) == {"backfilled": 0, "revived": 0}
