@@ -826,3 +826,18 @@ def test_disabled_consumer_is_skipped_and_reenabling_sends_everything_again(
         assert deliver(app, delivery_id) == "delivered"
     assert len(consumer.requests) == 2
     assert ensure(app) == {"backfilled": 0, "revived": 0}
+
+
+def test_add_hook_command_takes_the_completion_timeout(app, pipeline):
+    def add(*extra):
+        return app.test_cli_runner().invoke(args=[
+            "fleet", "add-hook", pipeline.project, "--name", "ocr",
+            "--url", "https://ocr.example.org/hook", *extra])
+    refused = add("--completion-timeout-seconds", "5")
+    assert refused.exit_code == 1 and "Traceback" not in refused.output
+    assert refused.stderr.splitlines()[0] == (
+        "error: invalid_request: completion_timeout_seconds must be an integer from 10 to 604800")
+    made = add("--completion-timeout-seconds", "600")
+    assert made.exit_code == 0, made.output
+    assert json.loads(made.stdout)["completion_timeout_seconds"] == 600
+    assert json.loads(add().stdout)["completion_timeout_seconds"] == 3600
