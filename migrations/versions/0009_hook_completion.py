@@ -44,15 +44,17 @@ def upgrade():
     op.drop_constraint(op.f('ck_hook_deliveries_state'), 'hook_deliveries', type_='check')
     op.execute(f"ALTER TABLE hook_deliveries ADD CONSTRAINT ck_hook_deliveries_state "
                f"CHECK (state IN ({STATES}, 'skipped')) NOT VALID")
-    op.execute("""
-        UPDATE hook_deliveries SET awaiting_until = updated_at + interval '3600 seconds'
-        WHERE state = 'awaiting_callback'""")
-    op.execute("""
-        INSERT INTO outbox (topic, ref, due_at)
-        SELECT 'hook_delivery', id, awaiting_until FROM hook_deliveries
-        WHERE state = 'awaiting_callback'
-        ON CONFLICT (topic, ref) WHERE done_at IS NULL DO NOTHING""")
+    # The ALTERs above hold their lock only until here: the block commits first,
+    # so the scans below run without blocking writes to hook_deliveries.
     with op.get_context().autocommit_block():
+        op.execute("""
+            UPDATE hook_deliveries SET awaiting_until = updated_at + interval '3600 seconds'
+            WHERE state = 'awaiting_callback'""")
+        op.execute("""
+            INSERT INTO outbox (topic, ref, due_at)
+            SELECT 'hook_delivery', id, awaiting_until FROM hook_deliveries
+            WHERE state = 'awaiting_callback'
+            ON CONFLICT (topic, ref) WHERE done_at IS NULL DO NOTHING""")
         op.execute("ALTER TABLE hook_deliveries VALIDATE CONSTRAINT ck_hook_deliveries_state")
         op.create_index('ix_assets_project_attempt', 'assets', ['project_id', 'attempt_id'],
                         unique=False, postgresql_concurrently=True)
