@@ -118,6 +118,14 @@ def archive(app, pipeline: Pipeline, value: str, seed: int) -> Staged:
     return staged
 
 
+def one_delivery(app, pipeline: Pipeline, consumer: Consumer, value: str, seed: int) -> int:
+    """Add ``consumer`` to the project, archive one asset: its one delivery."""
+    add_consumer(pipeline, consumer.url)
+    archive(app, pipeline, value, seed=seed)
+    [delivery_id] = delivery_ids(app)
+    return delivery_id
+
+
 def deliver(app, delivery_id: int):
     """One delivery attempt, as the deliver_hook actor makes it."""
     from app.extensions import db
@@ -399,9 +407,7 @@ def expire_wait(app, delivery_id: int) -> None:
 def test_202_without_a_callback_fails_after_the_last_try_and_a_late_callback_still_counts(
         app, client, pipeline, consumers):
     consumer = consumers(status=202)
-    add_consumer(pipeline, consumer.url)
-    archive(app, pipeline, "10.1234/never-calls", seed=15)
-    [delivery_id] = delivery_ids(app)
+    delivery_id = one_delivery(app, pipeline, consumer, "10.1234/never-calls", 15)
     rows(app, "UPDATE hook_deliveries SET tries = 19 WHERE id = :d", d=delivery_id)
     assert deliver(app, delivery_id) == "awaiting_callback"  # the 20th try, answered 202
     expire_wait(app, delivery_id)
@@ -426,9 +432,7 @@ def test_a_consumer_down_after_its_202_is_retried_with_backoff(app, pipeline, co
     """The re-send after the completion timeout finds the converter down: the
     usual retry backoff applies, and when it is back the delivery waits again."""
     consumer = consumers(status=202)
-    add_consumer(pipeline, consumer.url)
-    archive(app, pipeline, "10.1234/down-later", seed=16)
-    [delivery_id] = delivery_ids(app)
+    delivery_id = one_delivery(app, pipeline, consumer, "10.1234/down-later", 16)
     assert deliver(app, delivery_id) == "awaiting_callback"
     consumer.status = 503
     expire_wait(app, delivery_id)
