@@ -419,6 +419,7 @@ def test_202_without_a_callback_fails_after_the_last_try_and_a_late_callback_sti
     assert outbox_rows(app, delivery_id)[0]["done_at"] is not None
     failed = body(admin_list(pipeline, "?state=failed"))["deliveries"]
     assert [d["delivery_id"] for d in failed] == [str(delivery_id)]
+    assert hook_metrics(client, pipeline.project)["fleethq_hook_deliveries_failed"] == 1
 
     # The converter finishes after all: its callback is the truth.
     payload = consumer.requests[0]["json"]
@@ -817,9 +818,11 @@ def test_disabled_consumer_is_skipped_and_reenabling_sends_everything_again(
     assert ensure(app) == {"backfilled": 0, "revived": 0}  # nor from the backfill
     assert consumer.requests == []
 
-    # Skipped is not a failure: not in the failed filter, the dashboard or the metrics of failures.
+    # Skipped is not a failure: not in the failed filter nor the failure metric.
     assert body(admin_list(pipeline, "?state=failed"))["deliveries"] == []
     assert [d["state"] for d in body(admin_list(pipeline))["deliveries"]] == ["skipped"]
+    assert hook_metrics(client, pipeline.project) == {"fleethq_hook_deliveries_failed": 0,
+                                                      "fleethq_hook_deliveries_skipped": 1}
 
     assert pipeline.api.call("PATCH", path, {"enabled": True}).status_code == 200
     assert ensure(app) == {"backfilled": 1, "revived": 1}
@@ -830,6 +833,14 @@ def test_disabled_consumer_is_skipped_and_reenabling_sends_everything_again(
         assert deliver(app, delivery_id) == "delivered"
     assert len(consumer.requests) == 2
     assert ensure(app) == {"backfilled": 0, "revived": 0}
+    assert hook_metrics(client, pipeline.project) == {"fleethq_hook_deliveries_failed": 0,
+                                                      "fleethq_hook_deliveries_skipped": 0}
+
+
+def hook_metrics(client, project_id: str) -> dict[str, float]:
+    from tests.test_ops import samples
+    return {name: value for name, labels, value in samples(client.get("/metrics").get_data(as_text=True))
+            if name.startswith("fleethq_hook_deliveries_") and labels == {"project": project_id}}
 
 
 def test_add_hook_command_takes_the_completion_timeout(app, pipeline):

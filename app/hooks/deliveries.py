@@ -270,6 +270,21 @@ def _delivery_dict(row) -> dict:
             "delivered_at": _ts(row["delivered_at"])}
 
 
+def failed_and_skipped() -> dict[str, dict[str, int]]:
+    """Per project: failed deliveries, and skipped ones (a consumer disabled
+    on purpose; not failures). Both read only rows in those states (partial
+    indexes)."""
+    out: dict[str, dict[str, int]] = {}
+    for project_id, state, count in db.session.execute(text(
+            "SELECT project_id, 'failed', count(*) FROM hook_deliveries WHERE state = 'failed' "
+            "GROUP BY project_id UNION ALL "
+            "SELECT c.project_id, 'skipped', count(*) FROM hook_deliveries d "
+            "JOIN hook_consumers c ON c.id = d.consumer_id WHERE d.state = 'skipped' "
+            "GROUP BY c.project_id")):
+        out.setdefault(project_id, {})[state] = count
+    return out
+
+
 def list_deliveries(*, project_id=None, state=None, limit: int = 200) -> list[dict]:
     where, params = [], {"n": limit}
     if project_id:
