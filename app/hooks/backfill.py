@@ -1,4 +1,4 @@
-""""Ensure again": every archived asset gets a delivery for every enabled
+"""Ensure again: every archived asset gets a delivery for every enabled
 consumer of its project, whenever the asset was archived.
 
 The archive commit queues deliveries for the consumers enabled at that
