@@ -468,13 +468,17 @@ def release_held(attempt_ids, worker_id, user_id):
 @click.option("--name", required=True)
 @click.option("--url", required=True)
 @click.option("--secret", default=None, help="Shared HMAC secret (generated when omitted).")
-def add_hook(project_id, name, url, secret):
-    """Add a webhook consumer to a project (the secret is printed once)."""
+@click.option("--completion-timeout-seconds", type=int, default=3600, show_default=True,
+              help="After a 202 answer, send the delivery again when no callback came within this.")
+def add_hook(project_id, name, url, secret, completion_timeout_seconds):
+    """Add a webhook consumer to a project (the secret is printed once).
+    Assets the project archived before are delivered to it too (backfill)."""
     from app.hooks import consumers
     from app.projects import service
     try:
         service.get(project_id)
-        _emit(consumers.create(project_id, name, url, secret))
+        _emit(consumers.create(project_id, name, url, secret,
+                               completion_timeout_seconds=completion_timeout_seconds))
     except FleetError as exc:
         _fail(exc)
 

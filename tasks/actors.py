@@ -61,10 +61,16 @@ def deliver_hook(delivery_id: int):
 
 @dramatiq.actor(queue_name="maintenance", max_retries=0, time_limit=120_000)
 def reconcile():
-    """Re-send every outbox row that is due: Redis messages are only hints."""
-    from app.hooks import outbox
+    """Re-send every outbox row that is due (Redis messages are only hints;
+    this includes 202 deliveries past their completion timeout), then
+    "ensure again": queue deliveries that archived assets lack for enabled
+    consumers (a bounded backfill) and revive those of re-enabled ones."""
+    from app.hooks import backfill, outbox
     for topic, ref in outbox.due():
         outbox.send_hint(topic, ref)
+    ensured = backfill.ensure()
+    if any(ensured.values()):
+        log.info("hook deliveries ensured: %s", ensured)
 
 
 @dramatiq.actor(queue_name="maintenance", max_retries=3, time_limit=300_000)

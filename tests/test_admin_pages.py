@@ -611,3 +611,40 @@ def test_job_page_shows_artifact_receipts_completion_and_links_the_worker(pages,
     assert f"<code>{running['attempt_id']}</code>" in page
     assert 'href="/admin/workers?worker_id=q7w8e9r#worker-search" id="job-worker"' in page
     assert "No artifact receipts" in page
+
+
+def test_hooks_page_sets_the_completion_timeout_and_shows_backfill_and_skipped(pages, api, app):
+    api.put_project("hooked", kind="pdf", identity_mode="unique_value")
+    message, _ = pages.act("/admin/hooks/consumers", {"project_id": "hooked", "name": "x",
+                                                     "url": "https://x.org/h",
+                                                     "completion_timeout_seconds": "9"},
+                           expect="error")
+    assert "completion_timeout_seconds must be an integer from 10 to 604800" == message
+    response = pages.post("/admin/hooks/consumers", {"project_id": "hooked", "name": "ocr",
+                                                    "url": "https://ocr.example.org/in",
+                                                    "completion_timeout_seconds": "120"})
+    assert response.status_code == 200
+    consumer = sql(app, "SELECT id, completion_timeout_seconds FROM hook_consumers")[0]
+    assert consumer[1] == 120
+    for bad in ("", "abc", "5", "604801", "1" * 20):
+        message, _ = pages.act(f"/admin/hooks/consumers/{consumer[0]}/timeout",
+                               {"project_id": "hooked", "completion_timeout_seconds": bad},
+                               expect="error")
+        assert "completion_timeout_seconds" in message, bad
+    message, page = pages.act(f"/admin/hooks/consumers/{consumer[0]}/timeout",
+                              {"project_id": "hooked", "completion_timeout_seconds": "900"})
+    assert message == "Consumer ocr: completion timeout 900 s."
+    assert 'value="900"' in page
+
+    # Two archived assets, one with a delivery: one still lacks one.
+    for n in (1, 2):
+        sql(app, "INSERT INTO assets (canonical_key, sha256, size, object_key, project_id, attempt_id) "
+                 "VALUES (:k, :s, 1, :o, 'hooked', :a)", k=f"doi:10.1/{n}", s=str(n) * 64,
+            o=f"sha256/{n}", a=n)
+    sql(app, "INSERT INTO hook_deliveries (consumer_id, project_id, attempt_id, asset_key, state) "
+             "VALUES (:c, 'hooked', 1, 'sha256/1', 'skipped')", c=consumer[0])
+    page = pages.text("/admin/hooks?project=hooked")
+    assert "1 asset without a delivery; 1 skipped, being re-sent" in page
+    assert "No failed deliveries." in page
+    assert "skipped" in pages.text("/admin/hooks?state=skipped")
+    assert "No failed hook deliveries." in pages.text("/admin")

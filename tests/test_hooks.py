@@ -118,6 +118,14 @@ def archive(app, pipeline: Pipeline, value: str, seed: int) -> Staged:
     return staged
 
 
+def one_delivery(app, pipeline: Pipeline, consumer: Consumer, value: str, seed: int) -> int:
+    """Add ``consumer`` to the project, archive one asset: its one delivery."""
+    add_consumer(pipeline, consumer.url)
+    archive(app, pipeline, value, seed=seed)
+    [delivery_id] = delivery_ids(app)
+    return delivery_id
+
+
 def deliver(app, delivery_id: int):
     """One delivery attempt, as the deliver_hook actor makes it."""
     from app.extensions import db
@@ -331,7 +339,8 @@ def test_admin_list_shows_failures_with_last_error(app, pipeline, consumers):
 
 def test_202_waits_for_the_completion_callback(app, client, pipeline, consumers, admin_token):
     consumer = consumers(status=202)
-    add_consumer(pipeline, consumer.url)
+    created = add_consumer(pipeline, consumer.url)
+    assert created["completion_timeout_seconds"] == 3600  # the default
     archive(app, pipeline, "10.1234/async", seed=4)
     [delivery_id] = delivery_ids(app)
 
@@ -339,9 +348,15 @@ def test_202_waits_for_the_completion_callback(app, client, pipeline, consumers,
     row = delivery(app, delivery_id)
     assert (row["state"], row["tries"], row["last_status"], row["delivered_at"]) == (
         "awaiting_callback", 1, 202, None)
-    assert outbox_rows(app, delivery_id)[0]["done_at"] is not None  # no re-POST while waiting
+    # Accepted is not done: the outbox row stays open, due after the completion timeout.
+    [waiting_row] = outbox_rows(app, delivery_id)
+    assert waiting_row["done_at"] is None and 3600 <= waiting_row["delay_s"] <= 3600 + 60
     waiting = body(admin_list(pipeline, "?state=awaiting_callback"))["deliveries"]
     assert [d["delivery_id"] for d in waiting] == [str(delivery_id)]
+    # No re-POST before the completion timeout, however often a hint arrives.
+    assert deliver(app, delivery_id) is None
+    assert len(consumer.requests) == 1
+    assert delivery(app, delivery_id)["state"] == "awaiting_callback"
 
     payload = consumer.requests[0]["json"]
     path, token = payload["callback_url"], payload["callback_token"]
@@ -354,16 +369,83 @@ def test_202_waits_for_the_completion_callback(app, client, pipeline, consumers,
     assert callback(client, other, token).status_code in (401, 403, 404)
     assert delivery(app, delivery_id)["state"] == "awaiting_callback"
 
+    # The completion timeout passes without a callback: the delivery is sent
+    # again, same delivery id and callback token, and waits again.
+    expire_wait(app, delivery_id)
+    assert deliver(app, delivery_id) == "awaiting_callback"
+    assert len(consumer.requests) == 2
+    again = consumer.requests[1]["json"]
+    assert (again["delivery_id"], again["callback_token"]) == (str(delivery_id), token)
+    row = delivery(app, delivery_id)
+    assert (row["state"], row["tries"], row["last_status"]) == ("awaiting_callback", 2, 202)
+    [rewaiting] = outbox_rows(app, delivery_id)
+    assert rewaiting["done_at"] is None and rewaiting["later"]
+
     done = callback(client, path, token)
     assert done.status_code == 200, done.json
     assert done.json["state"] == "delivered"
     row = delivery(app, delivery_id)
     assert row["state"] == "delivered" and row["delivered_at"] is not None
+    assert outbox_rows(app, delivery_id)[0]["done_at"] is not None  # nothing re-sends it now
     # A replayed callback is idempotent.
     replay = callback(client, path, token)
     assert replay.status_code == 200 and replay.json["state"] == "delivered"
     assert delivery(app, delivery_id)["state"] == "delivered"
-    assert len(consumer.requests) == 1
+    expire_wait(app, delivery_id)
+    assert deliver(app, delivery_id) is None
+    assert len(consumer.requests) == 2
+
+
+def expire_wait(app, delivery_id: int) -> None:
+    """Move a 202's completion deadline (and its outbox row) into the past."""
+    rows(app, "UPDATE hook_deliveries SET awaiting_until = now() - interval '1 second' "
+              "WHERE id = :d", d=delivery_id)
+    rows(app, "UPDATE outbox SET due_at = now() - interval '1 second' "
+              "WHERE topic = 'hook_delivery' AND ref = :d AND done_at IS NULL", d=delivery_id)
+
+
+def test_202_without_a_callback_fails_after_the_last_try_and_a_late_callback_still_counts(
+        app, client, pipeline, consumers):
+    consumer = consumers(status=202)
+    delivery_id = one_delivery(app, pipeline, consumer, "10.1234/never-calls", 15)
+    rows(app, "UPDATE hook_deliveries SET tries = 19 WHERE id = :d", d=delivery_id)
+    assert deliver(app, delivery_id) == "awaiting_callback"  # the 20th try, answered 202
+    expire_wait(app, delivery_id)
+    assert deliver(app, delivery_id) is None
+    assert len(consumer.requests) == 1  # no 21st POST
+    row = delivery(app, delivery_id)
+    assert (row["state"], row["tries"]) == ("failed", 20)
+    assert "no completion callback within 3600 s" in row["last_error"]
+    assert outbox_rows(app, delivery_id)[0]["done_at"] is not None
+    failed = body(admin_list(pipeline, "?state=failed"))["deliveries"]
+    assert [d["delivery_id"] for d in failed] == [str(delivery_id)]
+    assert hook_metrics(client, pipeline.project)["fleethq_hook_deliveries_failed"] == 1
+
+    # The converter finishes after all: its callback is the truth.
+    payload = consumer.requests[0]["json"]
+    late = callback(client, payload["callback_url"], payload["callback_token"])
+    assert late.status_code == 200 and late.json["state"] == "delivered"
+    assert delivery(app, delivery_id)["state"] == "delivered"
+    assert body(admin_list(pipeline, "?state=failed"))["deliveries"] == []
+
+
+def test_a_consumer_down_after_its_202_is_retried_with_backoff(app, pipeline, consumers):
+    """The re-send after the completion timeout finds the converter down: the
+    usual retry backoff applies, and when it is back the delivery waits again."""
+    consumer = consumers(status=202)
+    delivery_id = one_delivery(app, pipeline, consumer, "10.1234/down-later", 16)
+    assert deliver(app, delivery_id) == "awaiting_callback"
+    consumer.status = 503
+    expire_wait(app, delivery_id)
+    assert deliver(app, delivery_id) == "pending"
+    row = delivery(app, delivery_id)
+    assert (row["state"], row["tries"], row["last_status"]) == ("pending", 2, 503)
+    [retry] = outbox_rows(app, delivery_id)
+    assert retry["done_at"] is None and retry["later"]
+    consumer.status = 202
+    assert deliver(app, delivery_id) == "awaiting_callback"
+    assert delivery(app, delivery_id)["tries"] == 3
+    assert len({r["json"]["callback_token"] for r in consumer.requests}) == 1
 
 
 def test_callback_needs_a_callback_token_not_a_node_secret(app, client, pipeline, consumers):
@@ -407,8 +489,11 @@ def test_disabled_consumers_are_skipped_and_each_enabled_one_gets_a_delivery(
     assert first.requests[0]["json"]["sha256"] == second.requests[0]["json"]["sha256"]
     states = {row["consumer_id"]: row["state"] for row in
               rows(app, "SELECT consumer_id, state FROM hook_deliveries")}
-    assert states[int(late["consumer_id"])] != "delivered"
+    assert states[int(late["consumer_id"])] == "skipped"  # on purpose: not a failure
     assert sorted(states.values()).count("delivered") == 2
+    assert body(admin_list(pipeline, "?state=failed"))["deliveries"] == []
+    skipped = body(admin_list(pipeline, "?state=skipped"))["deliveries"]
+    assert [d["consumer_id"] for d in skipped] == [late["consumer_id"]]
     assert rows(app, "SELECT id FROM outbox WHERE done_at IS NULL") == []  # nothing retries forever
 
     # A second archived asset: again one delivery per enabled consumer.
@@ -626,3 +711,148 @@ def test_public_url_prefixes_the_download_and_callback_urls(app, client, pipelin
     assert payload["download_url"].startswith("https://hq.example.org/api/v1/assets/")
     assert payload["callback_url"] == (
         f"https://hq.example.org/api/v1/hooks/deliveries/{delivery_id}/complete")
+
+
+# --------------------------------------- completion timeout, settable per consumer
+
+
+def test_completion_timeout_is_validated_on_create_and_update(app, pipeline, consumers):
+    consumer = consumers(status=202)
+    base = f"/api/v1/admin/projects/{pipeline.project}/hooks"
+    for bad in (9, 604801, 0, -1, "60", True, 60.5, None):
+        response = pipeline.api.call("POST", base, {"name": "x", "url": consumer.url,
+                                                    "completion_timeout_seconds": bad})
+        assert response.status_code == 400, bad
+        assert body(response)["error"]["details"] == {"field": "completion_timeout_seconds"}, bad
+    assert body(pipeline.api.call("GET", base))["consumers"] == []
+    created = add_consumer(pipeline, consumer.url, completion_timeout_seconds=10)
+    assert created["completion_timeout_seconds"] == 10
+    path = f"{base}/{created['consumer_id']}"
+    for bad in (604801, "3600", False):
+        response = pipeline.api.call("PATCH", path, {"completion_timeout_seconds": bad})
+        assert response.status_code == 400, bad
+        assert body(response)["error"]["details"] == {"field": "completion_timeout_seconds"}
+    patched = pipeline.api.call("PATCH", path, {"completion_timeout_seconds": 604800})
+    assert patched.status_code == 200 and body(patched)["completion_timeout_seconds"] == 604800
+    [listed] = body(pipeline.api.call("GET", base))["consumers"]
+    assert listed["completion_timeout_seconds"] == 604800
+
+    # The consumer's own timeout decides when a 202 is sent again.
+    pipeline.api.call("PATCH", path, {"completion_timeout_seconds": 45})
+    archive(app, pipeline, "10.1234/own-timeout", seed=17)
+    [delivery_id] = delivery_ids(app)
+    assert deliver(app, delivery_id) == "awaiting_callback"
+    wait = one(app, "SELECT extract(epoch FROM awaiting_until - updated_at) AS s FROM hook_deliveries "
+                    "WHERE id = :d", d=delivery_id)["s"]
+    assert 45 + 5 <= wait <= 45 + 5 + 30  # the timeout, plus the first backoff step
+
+
+# ------------------------------------------- ensure again: backfill and re-enable
+
+
+def ensure(app, batch: int | None = None) -> dict:
+    from app.extensions import db
+    from app.hooks import backfill
+    with app.app_context():
+        try:
+            return backfill.ensure(batch) if batch is not None else backfill.ensure()
+        finally:
+            db.session.remove()
+
+
+def test_consumer_added_later_gets_every_earlier_asset_in_bounded_batches(
+        app, pipeline, consumers, hints):
+    staged = [archive(app, pipeline, f"10.1234/before-{i}", seed=20 + i) for i in range(3)]
+    assert delivery_ids(app) == []  # no consumer yet
+    consumer = consumers()
+    add_consumer(pipeline, consumer.url)
+    assert delivery_ids(app) == []
+
+    assert ensure(app, batch=2) == {"backfilled": 2, "revived": 0}
+    assert len(delivery_ids(app)) == 2
+    assert ensure(app, batch=2) == {"backfilled": 1, "revived": 0}
+    assert ensure(app, batch=2) == {"backfilled": 0, "revived": 0}  # idempotent
+    ids = delivery_ids(app)
+    assert len(ids) == 3
+    assert sorted(ref for name, (ref,) in hints.recorder.enqueued if name == "deliver_hook") == ids
+    for delivery_id in ids:
+        assert deliver(app, delivery_id) == "delivered"
+    assert sorted(r["json"]["sha256"] for r in consumer.requests) == sorted(s.sha256 for s in staged)
+
+    # An asset archived now gets its delivery from the archive commit; the
+    # backfill does not add a second one.
+    archive(app, pipeline, "10.1234/after", seed=30)
+    assert len(delivery_ids(app)) == 4
+    assert ensure(app) == {"backfilled": 0, "revived": 0}
+    assert len(delivery_ids(app)) == 4
+
+
+def test_reconciler_backfills_after_a_restart(app, pipeline, consumers, make_broker):
+    """The real tasks path: the periodic reconcile finds the gap and the
+    deliveries go out through the worker."""
+    archive(app, pipeline, "10.1234/old-1", seed=31)
+    archive(app, pipeline, "10.1234/old-2", seed=32)
+    consumer = consumers()
+    add_consumer(pipeline, consumer.url)
+    broker = make_broker()
+    actors.reconcile.send()
+    run_worker(broker)
+    assert sorted(broker.recorder.names()) == ["deliver_hook", "deliver_hook", "reconcile"]
+    assert len(consumer.requests) == 2
+    assert sorted(r["state"] for r in rows(app, "SELECT state FROM hook_deliveries")) == [
+        "delivered", "delivered"]
+
+
+def test_disabled_consumer_is_skipped_and_reenabling_sends_everything_again(
+        app, client, pipeline, consumers, hints):
+    consumer = consumers()
+    created = add_consumer(pipeline, consumer.url)
+    path = f"/api/v1/admin/projects/{pipeline.project}/hooks/{created['consumer_id']}"
+    archive(app, pipeline, "10.1234/while-on", seed=40)
+    [first] = delivery_ids(app)
+    assert pipeline.api.call("PATCH", path, {"enabled": False}).status_code == 200
+    assert deliver(app, first) is None
+    assert delivery(app, first)["state"] == "skipped"
+    archive(app, pipeline, "10.1234/while-off", seed=41)
+    assert delivery_ids(app) == [first]  # no delivery for a disabled consumer
+    assert ensure(app) == {"backfilled": 0, "revived": 0}  # nor from the backfill
+    assert consumer.requests == []
+
+    # Skipped is not a failure: not in the failed filter nor the failure metric.
+    assert body(admin_list(pipeline, "?state=failed"))["deliveries"] == []
+    assert [d["state"] for d in body(admin_list(pipeline))["deliveries"]] == ["skipped"]
+    assert hook_metrics(client, pipeline.project) == {"fleethq_hook_deliveries_failed": 0,
+                                                      "fleethq_hook_deliveries_skipped": 1}
+
+    assert pipeline.api.call("PATCH", path, {"enabled": True}).status_code == 200
+    assert ensure(app) == {"backfilled": 1, "revived": 1}
+    ids = delivery_ids(app)
+    assert len(ids) == 2
+    assert delivery(app, first)["state"] == "pending" and delivery(app, first)["tries"] == 0
+    for delivery_id in ids:
+        assert deliver(app, delivery_id) == "delivered"
+    assert len(consumer.requests) == 2
+    assert ensure(app) == {"backfilled": 0, "revived": 0}
+    assert hook_metrics(client, pipeline.project) == {"fleethq_hook_deliveries_failed": 0,
+                                                      "fleethq_hook_deliveries_skipped": 0}
+
+
+def hook_metrics(client, project_id: str) -> dict[str, float]:
+    from tests.test_ops import samples
+    return {name: value for name, labels, value in samples(client.get("/metrics").get_data(as_text=True))
+            if name.startswith("fleethq_hook_deliveries_") and labels == {"project": project_id}}
+
+
+def test_add_hook_command_takes_the_completion_timeout(app, pipeline):
+    def add(*extra):
+        return app.test_cli_runner().invoke(args=[
+            "fleet", "add-hook", pipeline.project, "--name", "ocr",
+            "--url", "https://ocr.example.org/hook", *extra])
+    refused = add("--completion-timeout-seconds", "5")
+    assert refused.exit_code == 1 and "Traceback" not in refused.output
+    assert refused.stderr.splitlines()[0] == (
+        "error: invalid_request: completion_timeout_seconds must be an integer from 10 to 604800")
+    made = add("--completion-timeout-seconds", "600")
+    assert made.exit_code == 0, made.output
+    assert json.loads(made.stdout)["completion_timeout_seconds"] == 600
+    assert json.loads(add().stdout)["completion_timeout_seconds"] == 3600

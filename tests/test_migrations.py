@@ -293,3 +293,50 @@ def test_app_starts_on_an_empty_database(scratch_url):
     """Before the first migration (the release step runs after the app is built)."""
     application = make_app(scratch_url)
     dispose(application)
+
+
+def test_hook_completion_migration_gives_waiting_deliveries_their_outbox_row_back(scratch_url):
+    """0009: a delivery that was already awaiting its callback (whose outbox
+    row the old code closed on the 202) is re-driven like a new one: due one
+    default completion timeout after its last change."""
+    from flask_migrate import downgrade, upgrade
+
+    from app.extensions import db
+    application = make_app(scratch_url, check_schema=False)
+    try:
+        with application.app_context():
+            upgrade()
+            from app.projects import service
+            service.put("hooked", {"kind": "generic"}, partial=False)
+            consumer = db.session.execute(text(
+                "INSERT INTO hook_consumers (project_id, name, url, secret) "
+                "VALUES ('hooked', 'c', 'https://c.example.org/', 'a-secret-of-length-16') "
+                "RETURNING id")).scalar()
+            for attempt_id, state in ((1, "awaiting_callback"), (2, "skipped"), (3, "delivered")):
+                db.session.execute(text(
+                    "INSERT INTO hook_deliveries (consumer_id, project_id, attempt_id, asset_key, state, "
+                    "updated_at) VALUES (:c, 'hooked', :a, 'k', :s, now() - interval '10 minutes')"),
+                    {"c": consumer, "a": attempt_id, "s": state})
+            db.session.commit()
+            db.session.remove()
+
+            downgrade(revision="0007")
+            assert db.session.execute(text(
+                "SELECT state FROM hook_deliveries ORDER BY attempt_id")).scalars().all() == [
+                "awaiting_callback", "failed", "delivered"]  # no skipped state before 0009
+            db.session.execute(text("DELETE FROM outbox"))
+            db.session.commit()
+            db.session.remove()
+
+            upgrade()
+            rows = db.session.execute(text(
+                "SELECT d.attempt_id, extract(epoch FROM o.due_at - d.updated_at) AS wait, "
+                "d.awaiting_until = o.due_at AS same, c.completion_timeout_seconds "
+                "FROM outbox o JOIN hook_deliveries d ON d.id = o.ref "
+                "JOIN hook_consumers c ON c.id = d.consumer_id "
+                "WHERE o.topic = 'hook_delivery' AND o.done_at IS NULL")).all()
+            assert [(r[0], round(float(r[1])), r[2], r[3]) for r in rows] == [(1, 3600, True, 3600)]
+            db.session.remove()
+        assert schema_diff(application) == []
+    finally:
+        dispose(application)

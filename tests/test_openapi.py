@@ -351,6 +351,11 @@ HAND_PICKED = [  # (method, path, body, the field named in the answer)
     ("POST", "/api/v1/admin/projects/p/hooks", {"name": "é" * 65, "url": "https://example.org/h"},
      "name"),
     ("PATCH", "/api/v1/admin/projects/p/hooks/1", {"enabled": "yes"}, "enabled"),
+    ("POST", "/api/v1/admin/projects/p/hooks",
+     {"name": "n", "url": "https://example.org/h", "completion_timeout_seconds": 9},
+     "completion_timeout_seconds"),
+    ("PATCH", "/api/v1/admin/projects/p/hooks/1", {"completion_timeout_seconds": 604801},
+     "completion_timeout_seconds"),
 ]
 
 

@@ -9,16 +9,23 @@ from app.api import validate as v
 from app.api.auth import bearer, body_limit, require
 from app.errors import NotFound, PermissionDenied
 from app.hooks import consumers, deliveries
+from app.hooks.models import COMPLETION_TIMEOUT_BOUNDS_S, COMPLETION_TIMEOUT_DEFAULT_S
 from app.projects import service as projects
 from app.storage import from_config
 from app.uploads import downloads
 
 # The consumer service also requires an http(s) URL with a host.
 _URL = v.string(2048, min_bytes=1).with_schema(pattern="^https?://[^/?#@\x00]+[^\x00]*$")
+# After a 202, the consumer has this long to call back before the delivery is sent again.
+_COMPLETION_TIMEOUT = v.int_range(*COMPLETION_TIMEOUT_BOUNDS_S).describe(
+    "seconds a consumer that answered 202 has to call back before the delivery is sent again")
 CONSUMER = {"name": v.string(128, min_bytes=1), "url": _URL,
-            "secret": v.Optional(v.string(256, min_bytes=16)), "enabled": v.Optional(v.boolean)}
+            "secret": v.Optional(v.string(256, min_bytes=16)), "enabled": v.Optional(v.boolean),
+            "completion_timeout_seconds": v.Optional(_COMPLETION_TIMEOUT,
+                                                     default=COMPLETION_TIMEOUT_DEFAULT_S)}
 CONSUMER_PATCH = {"name": v.Optional(v.string(128, min_bytes=1)),
-                  "url": v.Optional(_URL), "enabled": v.Optional(v.boolean)}
+                  "url": v.Optional(_URL), "enabled": v.Optional(v.boolean),
+                  "completion_timeout_seconds": v.Optional(_COMPLETION_TIMEOUT)}
 
 DELIVERIES_QUERY = {"project": v.Optional(v.identifier),
                     "state": v.Optional(v.one_of(*deliveries.STATES))}
@@ -26,8 +33,8 @@ DELIVERIES_QUERY = {"project": v.Optional(v.identifier),
 # Response bodies.
 HOOK_CONSUMER = v.named("HookConsumer", {
     "consumer_id": v.text.describe("decimal"), "project_id": v.identifier, "name": v.text,
-    "url": v.text, "enabled": v.boolean, "created_at": v.timestamp,
-    "secret": v.Optional(v.text.describe("only in the answer that created the consumer")),
+    "url": v.text, "enabled": v.boolean, "completion_timeout_seconds": _COMPLETION_TIMEOUT,
+    "created_at": v.timestamp, "secret": v.Optional(v.text.describe("only in the answer that created the consumer")),
 })
 HOOK_DELIVERY = v.named("HookDelivery", {
     "delivery_id": v.text.describe("decimal"), "consumer_id": v.text.describe("decimal"),
@@ -61,7 +68,8 @@ def create_consumer(project_id):
     projects.get(project_id)
     body = v.check(v.json_body(body_limit("worker")), CONSUMER)
     return jsonify(consumers.create(project_id, body["name"], body["url"], body.get("secret"),
-                                    body.get("enabled", True))), 201
+                                    body.get("enabled", True),
+                                    body["completion_timeout_seconds"])), 201
 
 
 @bp.patch("/admin/projects/<project_id>/hooks/<consumer_id>")
@@ -99,8 +107,9 @@ def retry_delivery(delivery_id):
 
 
 @bp.post("/hooks/deliveries/<delivery_id>/complete")
-@v.declare(responses={200: {"delivery_id": v.text, "state": v.const("delivered")}}, errors=(409,),
-           summary="Consumer callback after a 202 (bearer: the delivery's callback token)")
+@v.declare(responses={200: {"delivery_id": v.text, "state": v.const("delivered")}},
+           summary="Consumer's completion callback (bearer: the delivery's callback token); "
+                   "idempotent, ends the delivery in any state")
 def delivery_callback(delivery_id):
     token = bearer()
     if not token.startswith(deliveries.CALLBACK_PREFIX):

@@ -1,4 +1,10 @@
-"""Per-project webhook consumers: URL, secret, enabled."""
+"""Per-project webhook consumers: URL, secret, enabled, completion timeout.
+
+Disabling a consumer is on purpose: its open deliveries become ``skipped``
+when they come due. Re-enabling it sends them again (the reconciler moves
+skipped deliveries back to pending, a batch per tick) and the backfill
+queues the assets archived while it was off (app/hooks/backfill.py).
+"""
 from __future__ import annotations
 
 import secrets
@@ -8,6 +14,7 @@ from sqlalchemy import text
 
 from app.errors import InvalidRequest, NotFound
 from app.extensions import db
+from app.hooks.models import COMPLETION_TIMEOUT_BOUNDS_S, COMPLETION_TIMEOUT_DEFAULT_S
 
 
 def _check_url(url) -> str:
@@ -23,27 +30,41 @@ def _check_url(url) -> str:
     return url
 
 
+def _check_timeout(value) -> int:
+    lo, hi = COMPLETION_TIMEOUT_BOUNDS_S
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise InvalidRequest(f"completion_timeout_seconds must be an integer from {lo} to {hi}",
+                             details={"field": "completion_timeout_seconds"})
+    return value
+
+
 def _dict(row, secret: str | None = None) -> dict:
     out = {"consumer_id": str(row["id"]), "project_id": row["project_id"], "name": row["name"],
-           "url": row["url"], "enabled": row["enabled"], "created_at": int(row["created_at"].timestamp())}
+           "url": row["url"], "enabled": row["enabled"],
+           "completion_timeout_seconds": row["completion_timeout_seconds"],
+           "created_at": int(row["created_at"].timestamp())}
     if secret is not None:
         out["secret"] = secret  # shown once, at creation
     return out
 
 
-_COLUMNS = "id, project_id, name, url, enabled, created_at"
+_COLUMNS = "id, project_id, name, url, enabled, completion_timeout_seconds, created_at"
 
 
-def create(project_id: str, name: str, url: str, secret: str | None = None, enabled: bool = True) -> dict:
+def create(project_id: str, name: str, url: str, secret: str | None = None, enabled: bool = True,
+           completion_timeout_seconds: int = COMPLETION_TIMEOUT_DEFAULT_S) -> dict:
+    """A new consumer; the backfill then queues a delivery for every asset
+    the project archived before it existed. Commits."""
     if not isinstance(name, str) or not 1 <= len(name) <= 128:
         raise InvalidRequest("name must be 1..128 characters", details={"field": "name"})
     secret = secret or secrets.token_urlsafe(32)
     if not isinstance(secret, str) or not 16 <= len(secret) <= 256:
         raise InvalidRequest("secret must be 16..256 characters", details={"field": "secret"})
     row = db.session.execute(text(
-        f"INSERT INTO hook_consumers (project_id, name, url, secret, enabled) "
-        f"VALUES (:p, :n, :u, :s, :e) RETURNING {_COLUMNS}"),
-        {"p": project_id, "n": name, "u": _check_url(url), "s": secret, "e": bool(enabled)}).mappings().one()
+        f"INSERT INTO hook_consumers (project_id, name, url, secret, enabled, completion_timeout_seconds) "
+        f"VALUES (:p, :n, :u, :s, :e, :t) RETURNING {_COLUMNS}"),
+        {"p": project_id, "n": name, "u": _check_url(url), "s": secret, "e": bool(enabled),
+         "t": _check_timeout(completion_timeout_seconds)}).mappings().one()
     db.session.commit()
     return _dict(row, secret)
 
@@ -55,7 +76,8 @@ def list_for(project_id: str) -> list[dict]:
     return [_dict(r) for r in rows]
 
 
-def update(project_id: str, consumer_id: int, *, url=None, enabled=None, name=None) -> dict:
+def update(project_id: str, consumer_id: int, *, url=None, enabled=None, name=None,
+           completion_timeout_seconds=None) -> dict:
     fields, params = [], {"p": project_id, "id": consumer_id}
     if url is not None:
         fields.append("url = :u")
@@ -63,11 +85,17 @@ def update(project_id: str, consumer_id: int, *, url=None, enabled=None, name=No
     if enabled is not None:
         if not isinstance(enabled, bool):
             raise InvalidRequest("enabled must be true or false", details={"field": "enabled"})
-        fields.append("enabled = :e")
+        # Re-enabled: the backfill looks at every asset again, for the ones
+        # archived while the consumer was off (SET sees the old ``enabled``).
+        fields += ["enabled = :e",
+                   "backfilled_through = CASE WHEN :e AND NOT enabled THEN 0 ELSE backfilled_through END"]
         params["e"] = enabled
     if name is not None:
         fields.append("name = :n")
         params["n"] = name
+    if completion_timeout_seconds is not None:
+        fields.append("completion_timeout_seconds = :t")
+        params["t"] = _check_timeout(completion_timeout_seconds)
     if not fields:
         raise InvalidRequest("nothing to change")
     row = db.session.execute(text(

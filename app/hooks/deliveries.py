@@ -1,10 +1,19 @@
 """Webhook deliveries: at least once, HMAC-signed, retried with backoff.
 
-A consumer answers 2xx (delivered) or 202 (accepted: the delivery stays
-``awaiting_callback`` until the consumer confirms durable completion through
-the callback URL with the one-time callback token). Anything else is retried
-with exponential backoff up to ``MAX_TRIES`` times, keeping the last error.
+A consumer's answer decides (docs/hooks.md):
+- 200, 201, 203, 204 … (any 2xx but 202): done, the delivery is ``delivered``;
+- 202: accepted, not done. The delivery is ``awaiting_callback`` until the
+  consumer confirms durable completion through the callback URL with the
+  delivery's callback token. Without a callback within the consumer's
+  ``completion_timeout_seconds`` it is sent again (same delivery id, same
+  callback token), with the usual backoff on top, within the same tries;
+- anything else (or no answer): retried with exponential backoff.
+After ``MAX_TRIES`` POSTs without completion the delivery is ``failed``. A
+consumer disabled on purpose has its deliveries ``skipped``, not failed.
 Consumers must coalesce duplicates: a delivery may arrive more than once.
+
+Every ``pending`` or ``awaiting_callback`` delivery has an open outbox row, so
+the reconciler re-drives it after any restart.
 """
 from __future__ import annotations
 
@@ -19,15 +28,18 @@ import requests
 from sqlalchemy import text
 
 from app.accounts import tokens
-from app.errors import Conflict, InvalidToken, NotFound
+from app.errors import InvalidToken, NotFound
 from app.extensions import db
 from app.hooks import outbox
+from app.hooks.models import DELIVERY_STATES
 
 log = logging.getLogger(__name__)
 MAX_TRIES = 20
 CALLBACK_PREFIX = "fhqc_"
-STATES = ("pending", "awaiting_callback", "delivered", "failed")
+STATES = DELIVERY_STATES
+OPEN_STATES = ("pending", "awaiting_callback")
 SIGNATURE_HEADER = "X-FleetHQ-Signature"
+ACCEPTED = 202  # the one 2xx that does not mean done
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:
@@ -42,8 +54,7 @@ def queue_for_asset(project_id: str, attempt_id: int, asset_key: str) -> int:
         "SELECT id, project_id, :a, :k FROM hook_consumers WHERE project_id = :p AND enabled "
         "ON CONFLICT (consumer_id, attempt_id) DO NOTHING RETURNING id"),
         {"p": project_id, "a": attempt_id, "k": asset_key}).scalars().all()
-    for delivery_id in ids:
-        outbox.add("hook_delivery", delivery_id)
+    outbox.add_many("hook_delivery", list(ids))
     return len(ids)
 
 
@@ -54,21 +65,36 @@ def callback_token(secret_key: str, delivery_id: int) -> str:
     return CALLBACK_PREFIX + base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
 
 
-def _payload(delivery_id: int, download_url_for, secret_key: str,
-             public_url: str) -> tuple[dict, str, str] | None:
+# What _prepare answers when there is nothing to POST now.
+FINAL, LATER = "final", "later"
+
+
+def _prepare(delivery_id: int, download_url_for, secret_key: str, public_url: str):
+    """The payload to POST, or FINAL (nothing left to do: close the outbox
+    row) or LATER (a 202 still within its completion timeout)."""
     row = db.session.execute(text("""
-        SELECT d.id, d.state, d.attempt_id, d.asset_key, d.project_id, c.url, c.secret, c.enabled,
-               u.canonical_key, u.sha256, u.size, u.job_id
+        SELECT d.id, d.state, d.tries, d.attempt_id, d.asset_key, d.project_id,
+               d.awaiting_until > now() AS waiting, c.url, c.secret, c.enabled,
+               c.completion_timeout_seconds, u.canonical_key, u.sha256, u.size, u.job_id
         FROM hook_deliveries d JOIN hook_consumers c ON c.id = d.consumer_id
         JOIN uploads u ON u.attempt_id = d.attempt_id
-        WHERE d.id = :d"""), {"d": delivery_id}).mappings().first()
-    if row is None or row["state"] != "pending":
-        return None
+        WHERE d.id = :d FOR UPDATE OF d"""), {"d": delivery_id}).mappings().first()
+    if row is None or row["state"] not in OPEN_STATES:
+        return FINAL
     if not row["enabled"]:
+        _close(delivery_id, "skipped", "consumer disabled")
+        return FINAL
+    if row["state"] == "awaiting_callback":
+        if row["waiting"]:
+            return LATER  # an early duplicate hint; the outbox row is due at awaiting_until
+        waited = f"no completion callback within {row['completion_timeout_seconds']} s of the 202"
+        if row["tries"] >= MAX_TRIES:
+            _close(delivery_id, "failed", f"{waited} (last of {MAX_TRIES} tries)")
+            return FINAL
+        # Re-drive: the consumer may have lost the job (restarted before it was durable).
         db.session.execute(text(
-            "UPDATE hook_deliveries SET state = 'failed', last_error = 'consumer disabled', "
-            "updated_at = now() WHERE id = :d AND state = 'pending'"), {"d": delivery_id})
-        return None
+            "UPDATE hook_deliveries SET state = 'pending', last_error = :e, awaiting_until = NULL, "
+            "updated_at = now() WHERE id = :d"), {"d": delivery_id, "e": waited})
     url, expires_at = download_url_for(row["asset_key"])
     callback = callback_token(secret_key, delivery_id)
     db.session.execute(text("UPDATE hook_deliveries SET callback_token_hash = :h WHERE id = :d"),
@@ -82,7 +108,14 @@ def _payload(delivery_id: int, download_url_for, secret_key: str,
         "callback_url": f"{public_url}/api/v1/hooks/deliveries/{row['id']}/complete",
         "callback_token": callback,
     }
-    return payload, row["url"], row["secret"]
+    return payload, row["url"], row["secret"], row["completion_timeout_seconds"]
+
+
+def _close(delivery_id: int, state: str, error: str) -> None:
+    db.session.execute(text(
+        "UPDATE hook_deliveries SET state = :s, last_error = :e, awaiting_until = NULL, "
+        "updated_at = now() WHERE id = :d AND state IN ('pending', 'awaiting_callback')"),
+        {"d": delivery_id, "s": state, "e": error})
 
 
 def deliver(delivery_id: int, download_url_for, *, secret_key: str, public_url: str | None = None,
@@ -96,13 +129,16 @@ def deliver(delivery_id: int, download_url_for, *, secret_key: str, public_url: 
 
     Returns the new state, or None when there was nothing to do.
     """
-    prepared = _payload(delivery_id, download_url_for, secret_key, (public_url or "").rstrip("/"))
-    db.session.commit()
-    if prepared is None:
+    prepared = _prepare(delivery_id, download_url_for, secret_key, (public_url or "").rstrip("/"))
+    if prepared == LATER:
+        db.session.rollback()
+        return None
+    if prepared == FINAL:
         outbox.done("hook_delivery", delivery_id)
         db.session.commit()
         return None
-    payload, url, secret = prepared
+    db.session.commit()
+    payload, url, secret, completion_timeout_s = prepared
     body = json.dumps(payload, separators=(",", ":")).encode()
     now = int(time.time())
     headers = {"Content-Type": "application/json", "X-FleetHQ-Delivery": payload["delivery_id"],
@@ -111,20 +147,49 @@ def deliver(delivery_id: int, download_url_for, *, secret_key: str, public_url: 
     try:
         response = requests.post(url, data=body, headers=headers, timeout=timeout_s,
                                  allow_redirects=False)
-        status, error = response.status_code, None if response.status_code < 300 else \
+        status, error = response.status_code, None if 200 <= response.status_code < 300 else \
             f"HTTP {response.status_code}: {response.text[:200]}"
     except requests.RequestException as exc:
         status, error = None, f"{exc.__class__.__name__}: {str(exc)[:200]}"
-    if error is None:
-        state = "awaiting_callback" if status == 202 else "delivered"
-        db.session.execute(text(
-            "UPDATE hook_deliveries SET state = :s, tries = tries + 1, last_status = :st, "
-            "last_error = NULL, updated_at = now(), "
-            "delivered_at = CASE WHEN :s = 'delivered' THEN now() END "
-            "WHERE id = :d AND state = 'pending'"), {"s": state, "st": status, "d": delivery_id})
+    if error is None and status == ACCEPTED:
+        state = _accepted(delivery_id, completion_timeout_s)
+    elif error is None:
+        state = _delivered(delivery_id, status)
+    else:
+        state = _failed_try(delivery_id, status, error)
+    db.session.commit()
+    return state
+
+
+def _delivered(delivery_id: int, status: int) -> str:
+    db.session.execute(text(
+        "UPDATE hook_deliveries SET state = 'delivered', tries = tries + 1, last_status = :st, "
+        "last_error = NULL, updated_at = now(), delivered_at = now() "
+        "WHERE id = :d AND state = 'pending'"), {"st": status, "d": delivery_id})
+    outbox.done("hook_delivery", delivery_id)
+    return _state(delivery_id)
+
+
+def _accepted(delivery_id: int, completion_timeout_s: int) -> str:
+    """202: keep the outbox row open, due when the completion timeout (plus
+    backoff) runs out; the callback closes it earlier. The delivery row is
+    locked before the outbox row, as everywhere, so a racing callback waits."""
+    moved = db.session.execute(text(
+        "UPDATE hook_deliveries SET state = 'awaiting_callback', tries = tries + 1, "
+        "last_status = 202, last_error = NULL, updated_at = now() "
+        "WHERE id = :d AND state = 'pending'"), {"d": delivery_id}).rowcount
+    if not moved:  # the callback came first
         outbox.done("hook_delivery", delivery_id)
-        db.session.commit()
-        return state
+        return _state(delivery_id)
+    due = outbox.wait_then_retry("hook_delivery", delivery_id,
+                                 "accepted (202), awaiting the completion callback",
+                                 completion_timeout_s)
+    db.session.execute(text("UPDATE hook_deliveries SET awaiting_until = :due WHERE id = :d"),
+                       {"d": delivery_id, "due": due})
+    return "awaiting_callback"
+
+
+def _failed_try(delivery_id: int, status: int | None, error: str) -> str:
     tries = db.session.execute(text(
         "UPDATE hook_deliveries SET tries = tries + 1, last_status = :st, last_error = :e, "
         "updated_at = now(), state = CASE WHEN tries + 1 >= :max THEN 'failed' ELSE state END "
@@ -132,16 +197,21 @@ def deliver(delivery_id: int, download_url_for, *, secret_key: str, public_url: 
         {"st": status, "e": error, "d": delivery_id, "max": MAX_TRIES}).scalar()
     if tries is not None and tries < MAX_TRIES:
         outbox.retry_later("hook_delivery", delivery_id, error)
-        state = "pending"
     else:
         outbox.done("hook_delivery", delivery_id)
-        state = "failed"
-    db.session.commit()
-    return state
+    return _state(delivery_id)
+
+
+def _state(delivery_id: int) -> str | None:
+    return db.session.execute(text("SELECT state FROM hook_deliveries WHERE id = :d"),
+                              {"d": delivery_id}).scalar()
 
 
 def confirm(delivery_id: int, callback_token: str) -> dict:
-    """The consumer's completion callback after a 202. Commits."""
+    """The consumer's completion callback: its word that the work is durably
+    done. It ends the delivery whatever FleetHQ concluded meanwhile (a fast
+    callback before the 202 was recorded, a late one after a re-send, or after
+    the last try). Replays are idempotent. Commits."""
     row = db.session.execute(text(
         "SELECT state, callback_token_hash FROM hook_deliveries WHERE id = :d"),
         {"d": delivery_id}).first()
@@ -149,23 +219,20 @@ def confirm(delivery_id: int, callback_token: str) -> dict:
         raise NotFound("no such delivery")
     if not row[1] or not tokens.matches(callback_token, row[1]):
         raise InvalidToken("invalid callback token")
-    if row[0] == "delivered":
-        return {"delivery_id": str(delivery_id), "state": "delivered"}  # replayed callback
-    # A fast consumer may call back before its 202 answer was recorded (pending).
-    moved = db.session.execute(text(
-        "UPDATE hook_deliveries SET state = 'delivered', delivered_at = now(), updated_at = now() "
-        "WHERE id = :d AND state IN ('pending', 'awaiting_callback')"), {"d": delivery_id}).rowcount
-    if not moved:
-        raise Conflict(f"delivery is {row[0]}", code="invalid_transition")
+    db.session.execute(text(
+        "UPDATE hook_deliveries SET state = 'delivered', delivered_at = now(), updated_at = now(), "
+        "awaiting_until = NULL WHERE id = :d AND state <> 'delivered'"), {"d": delivery_id})
+    outbox.done("hook_delivery", delivery_id)
     db.session.commit()
     return {"delivery_id": str(delivery_id), "state": "delivered"}
 
 
 def retry_now(delivery_id: int) -> dict:
-    """Admin: put a failed or waiting delivery back to pending, due now. Commits."""
+    """Admin: put a failed, skipped or waiting delivery back to pending, due
+    now. Commits."""
     moved = db.session.execute(text(
-        "UPDATE hook_deliveries SET state = 'pending', updated_at = now() "
-        "WHERE id = :d AND state IN ('failed', 'pending', 'awaiting_callback') RETURNING id"),
+        "UPDATE hook_deliveries SET state = 'pending', updated_at = now(), awaiting_until = NULL "
+        "WHERE id = :d AND state <> 'delivered' RETURNING id"),
         {"d": delivery_id}).first()
     if moved is None:
         raise NotFound("no such delivery, or it was delivered")
@@ -201,6 +268,21 @@ def _delivery_dict(row) -> dict:
             "last_status": row["last_status"], "last_error": row["last_error"],
             "created_at": _ts(row["created_at"]), "updated_at": _ts(row["updated_at"]),
             "delivered_at": _ts(row["delivered_at"])}
+
+
+def failed_and_skipped() -> dict[str, dict[str, int]]:
+    """Per project: failed deliveries, and skipped ones (a consumer disabled
+    on purpose; not failures). Both read only rows in those states (partial
+    indexes)."""
+    out: dict[str, dict[str, int]] = {}
+    for project_id, state, count in db.session.execute(text(
+            "SELECT project_id, 'failed', count(*) FROM hook_deliveries WHERE state = 'failed' "
+            "GROUP BY project_id UNION ALL "
+            "SELECT c.project_id, 'skipped', count(*) FROM hook_deliveries d "
+            "JOIN hook_consumers c ON c.id = d.consumer_id WHERE d.state = 'skipped' "
+            "GROUP BY c.project_id")):
+        out.setdefault(project_id, {})[state] = count
+    return out
 
 
 def list_deliveries(*, project_id=None, state=None, limit: int = 200) -> list[dict]:

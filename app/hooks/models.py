@@ -13,7 +13,14 @@ from sqlalchemy.orm import Mapped, mapped_column
 from app.extensions import db
 
 OUTBOX_TOPICS = ("archive_commit", "hook_delivery")
-DELIVERY_STATES = ("pending", "awaiting_callback", "delivered", "failed")
+# pending: due to be POSTed; awaiting_callback: the consumer answered 202 and
+# has not confirmed yet; delivered: done; failed: out of tries; skipped: its
+# consumer was disabled on purpose (not a failure; re-enabling sends it again).
+DELIVERY_STATES = ("pending", "awaiting_callback", "delivered", "failed", "skipped")
+# A consumer that answers 202 has this long to call back before the delivery
+# is sent again (per consumer, seconds).
+COMPLETION_TIMEOUT_DEFAULT_S = 3600
+COMPLETION_TIMEOUT_BOUNDS_S = (10, 7 * 24 * 3600)
 
 
 class OutboxItem(db.Model):
@@ -37,6 +44,10 @@ class OutboxItem(db.Model):
 
 class HookConsumer(db.Model):
     __tablename__ = "hook_consumers"
+    __table_args__ = (
+        CheckConstraint(f"completion_timeout_seconds BETWEEN {COMPLETION_TIMEOUT_BOUNDS_S[0]} "
+                        f"AND {COMPLETION_TIMEOUT_BOUNDS_S[1]}", name="completion_timeout"),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     project_id: Mapped[str] = mapped_column(
@@ -45,17 +56,25 @@ class HookConsumer(db.Model):
     url: Mapped[str] = mapped_column(Text, nullable=False)
     secret: Mapped[str] = mapped_column(Text, nullable=False)
     enabled: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="true")
+    completion_timeout_seconds: Mapped[int] = mapped_column(
+        Integer, nullable=False, server_default=str(COMPLETION_TIMEOUT_DEFAULT_S))
+    # The backfill has queued a delivery for every asset of the project whose
+    # archiving attempt id is at most this (assets.attempt_id order).
+    backfilled_through: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
     created_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
 
 
 class HookDelivery(db.Model):
     __tablename__ = "hook_deliveries"
     __table_args__ = (
-        CheckConstraint("state IN ('pending', 'awaiting_callback', 'delivered', 'failed')",
+        CheckConstraint("state IN ('pending', 'awaiting_callback', 'delivered', 'failed', 'skipped')",
                         name="state"),
         Index("uq_hook_deliveries_consumer_attempt", "consumer_id", "attempt_id", unique=True),
         # Failures are rare and listed newest first on the dashboard and hooks page.
         Index("ix_hook_deliveries_failed", "id", postgresql_where=text("state = 'failed'")),
+        # Re-enabling a consumer sends its skipped deliveries again, a batch per tick.
+        Index("ix_hook_deliveries_skipped", "consumer_id", "id",
+              postgresql_where=text("state = 'skipped'")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -69,6 +88,8 @@ class HookDelivery(db.Model):
     last_status = mapped_column(Integer)
     last_error = mapped_column(Text)
     callback_token_hash = mapped_column(Text)
+    # After a 202: when the delivery is sent again if no callback came.
+    awaiting_until = mapped_column(DateTime(timezone=True))
     created_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
     updated_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
     delivered_at = mapped_column(DateTime(timezone=True))

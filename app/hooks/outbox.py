@@ -26,19 +26,46 @@ def add(topic: str, ref: int, *, delay_s: float = 0.0) -> None:
         db.session.info.setdefault("outbox_hints", []).append((topic, ref))
 
 
+def add_many(topic: str, refs: list[int]) -> None:
+    """``add`` for a batch of refs, due now, in one statement."""
+    if not refs:
+        return
+    db.session.execute(text(
+        "INSERT INTO outbox (topic, ref) SELECT :t, unnest(CAST(:refs AS bigint[])) "
+        "ON CONFLICT (topic, ref) WHERE done_at IS NULL DO NOTHING"), {"t": topic, "refs": refs})
+    db.session.info.setdefault("outbox_hints", []).extend((topic, ref) for ref in refs)
+
+
 def done(topic: str, ref: int) -> None:
     db.session.execute(text(
         "UPDATE outbox SET done_at = now() WHERE topic = :t AND ref = :r AND done_at IS NULL"),
         {"t": topic, "r": ref})
 
 
-def retry_later(topic: str, ref: int, error: str) -> int:
-    """Push the row back with exponential backoff; returns the tries so far."""
+def _push_back(topic: str, ref: int, error: str, after_s: float):
     return db.session.execute(text(
         "UPDATE outbox SET tries = tries + 1, last_error = :e, due_at = now() + make_interval("
-        "secs => LEAST(:cap, 5 * power(2, LEAST(tries, 12)))) "
-        "WHERE topic = :t AND ref = :r AND done_at IS NULL RETURNING tries"),
-        {"t": topic, "r": ref, "e": error[:2000], "cap": MAX_BACKOFF_S}).scalar() or 0
+        "secs => :after + LEAST(:cap, 5 * power(2, LEAST(tries, 12)))) "
+        "WHERE topic = :t AND ref = :r AND done_at IS NULL RETURNING tries, due_at"),
+        {"t": topic, "r": ref, "e": error[:2000], "cap": MAX_BACKOFF_S, "after": after_s}).first()
+
+
+def retry_later(topic: str, ref: int, error: str) -> int:
+    """Push the row back with exponential backoff; returns the tries so far."""
+    row = _push_back(topic, ref, error, 0.0)
+    return row[0] if row is not None else 0
+
+
+def wait_then_retry(topic: str, ref: int, note: str, wait_s: float):
+    """Keep the row open but due only after ``wait_s`` plus the backoff of its
+    tries (a 202 answer waiting for its callback); returns the due time."""
+    row = _push_back(topic, ref, note, wait_s)
+    if row is not None:
+        return row[1]
+    return db.session.execute(text(  # no open row (sent by hand): open one
+        "INSERT INTO outbox (topic, ref, due_at, last_error) "
+        "VALUES (:t, :r, now() + make_interval(secs => :w), :e) RETURNING due_at"),
+        {"t": topic, "r": ref, "w": wait_s, "e": note}).scalar()
 
 
 # A re-sent row is not due again for this long: its hint is queued or being

@@ -18,6 +18,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 
 from app.extensions import db
+from app.hooks import deliveries
 from app.projects import counters
 
 REQUEST_LATENCY = Histogram(
@@ -56,7 +57,27 @@ def render_queue_metrics() -> str:
               "# TYPE fleethq_queue_depth gauge"]
     for project_id, by_state in sorted(job_counts.items()):
         lines.append(f'fleethq_queue_depth{{project="{_label(project_id)}"}} {by_state["todo"]}')
+    lines += _hook_metrics(project_ids)
     return "\n".join(lines) + "\n"
+
+
+# delivery state → (metric, help); skipped deliveries are not failures.
+_HOOK_METRICS = {
+    "failed": ("fleethq_hook_deliveries_failed", "Hook deliveries that ran out of tries"),
+    "skipped": ("fleethq_hook_deliveries_skipped",
+                "Hook deliveries skipped because their consumer is disabled (not failures)"),
+}
+
+
+def _hook_metrics(project_ids: list[str]) -> list[str]:
+    counts = deliveries.failed_and_skipped()
+    lines = []
+    for state, (name, help_text) in _HOOK_METRICS.items():
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+        for project_id in project_ids:
+            value = counts.get(project_id, {}).get(state, 0)
+            lines.append(f'{name}{{project="{_label(project_id)}"}} {value}')
+    return lines
 
 
 def _process_metrics() -> bytes:

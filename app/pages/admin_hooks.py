@@ -1,13 +1,14 @@
-"""``/admin/hooks``: webhook consumers per project (add, enable, disable),
-deliveries and failures, and "retry now"."""
+"""``/admin/hooks``: webhook consumers per project (add, enable, disable,
+completion timeout, backfill progress), deliveries and failures (``skipped``
+deliveries of a disabled consumer are not failures), and "retry now"."""
 from __future__ import annotations
 
 from flask import render_template, request
 
 from app.errors import FleetError, InvalidRequest
 from app.extensions import db
-from app.hooks import consumers, deliveries
-from app.hooks.models import DELIVERY_STATES
+from app.hooks import backfill, consumers, deliveries
+from app.hooks.models import COMPLETION_TIMEOUT_BOUNDS_S, COMPLETION_TIMEOUT_DEFAULT_S, DELIVERY_STATES
 from app.pages.admin import attempt, bp, decimal_id, explain, refuse, shown_once
 from app.projects import service
 
@@ -33,9 +34,12 @@ def hooks():
     except InvalidRequest as exc:
         return refuse(exc.message, "admin.hooks")
     shown = [project] if project else project_ids
+    listed = {p: consumers.list_for(p) for p in shown}
+    progress = backfill.progress([int(c["consumer_id"]) for rows in listed.values() for c in rows])
     return render_template(
         "admin/hooks.html", project_ids=project_ids, project=project, state=state,
-        states=DELIVERY_STATES, consumers={p: consumers.list_for(p) for p in shown},
+        states=DELIVERY_STATES, consumers=listed, progress=progress,
+        timeout_bounds=COMPLETION_TIMEOUT_BOUNDS_S, timeout_default=COMPLETION_TIMEOUT_DEFAULT_S,
         deliveries=deliveries.list_deliveries(project_id=project, state=state, limit=DELIVERY_ROWS),
         failures=deliveries.list_deliveries(project_id=project, state="failed", limit=FAILURE_ROWS))
 
@@ -48,6 +52,18 @@ def _back():
     return values
 
 
+def _timeout_field(default=None):
+    """The completion timeout from the form: whole seconds."""
+    raw = request.form.get("completion_timeout_seconds", "").strip()
+    if not raw and default is not None:
+        return default
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 9:
+        lo, hi = COMPLETION_TIMEOUT_BOUNDS_S
+        raise InvalidRequest(f"completion_timeout_seconds must be an integer from {lo} to {hi}",
+                             details={"field": "completion_timeout_seconds"})
+    return int(raw)
+
+
 @bp.post("/hooks/consumers")
 def add_consumer():
     project_id = request.form.get("project_id", "")
@@ -55,7 +71,9 @@ def add_consumer():
         service.get(project_id)  # the page names the project; the table's key would 500
         consumer = consumers.create(project_id, request.form.get("name", "").strip(),
                                     request.form.get("url", "").strip(),
-                                    request.form.get("secret", "").strip() or None)
+                                    request.form.get("secret", "").strip() or None,
+                                    completion_timeout_seconds=_timeout_field(
+                                        COMPLETION_TIMEOUT_DEFAULT_S))
     except FleetError as exc:
         db.session.rollback()
         return refuse(explain(exc), "admin.hooks", **_back())
@@ -79,6 +97,15 @@ def enable_consumer(consumer_id):
 @bp.post("/hooks/consumers/<consumer_id>/disable")
 def disable_consumer(consumer_id):
     return _toggle(consumer_id, False)
+
+
+@bp.post("/hooks/consumers/<consumer_id>/timeout")
+def set_consumer_timeout(consumer_id):
+    project_id = request.form.get("project_id", "")
+    return attempt(lambda: consumers.update(project_id, decimal_id(consumer_id, "consumer_id"),
+                                            completion_timeout_seconds=_timeout_field()),
+                   lambda c: f"Consumer {c['name']}: completion timeout "
+                             f"{c['completion_timeout_seconds']} s.", "admin.hooks", **_back())
 
 
 @bp.post("/hooks/deliveries/<delivery_id>/retry")

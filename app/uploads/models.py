@@ -67,6 +67,8 @@ class Asset(db.Model):
     """A registered archived file. An existing asset keeps its own hash and size."""
 
     __tablename__ = "assets"
+    # The hook backfill walks a project's assets in attempt order.
+    __table_args__ = (Index("ix_assets_project_attempt", "project_id", "attempt_id"),)
 
     canonical_key: Mapped[str] = mapped_column(Text, primary_key=True)
     sha256: Mapped[str] = mapped_column(Text, nullable=False)
