@@ -18,6 +18,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 
 from app.extensions import db
+from app.ops import retention, retention_stats
 from app.projects import counters
 
 REQUEST_LATENCY = Histogram(
@@ -56,7 +57,22 @@ def render_queue_metrics() -> str:
               "# TYPE fleethq_queue_depth gauge"]
     for project_id, by_state in sorted(job_counts.items()):
         lines.append(f'fleethq_queue_depth{{project="{_label(project_id)}"}} {by_state["todo"]}')
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + render_retention_metrics()) + "\n"
+
+
+def render_retention_metrics() -> list[str]:
+    """Rows pruned per kind (from ``retention_stats``, so every process
+    reports the same totals) and the estimated size of the pruned tables."""
+    pruned = retention_stats.pruned()
+    lines = ["# HELP fleethq_pruned_rows_total Rows deleted by retention pruning",
+             "# TYPE fleethq_pruned_rows_total counter"]
+    lines += [f'fleethq_pruned_rows_total{{kind="{kind}"}} {pruned.get(kind, {}).get("total", 0)}'
+              for kind in retention.KINDS]
+    lines += ["# HELP fleethq_table_rows Rows kept per table (planner estimate once analysed)",
+              "# TYPE fleethq_table_rows gauge"]
+    lines += [f'fleethq_table_rows{{table="{table}"}} {kept["rows"]}'
+              for table, kept in retention_stats.table_rows().items()]
+    return lines
 
 
 def _process_metrics() -> bytes:
