@@ -275,6 +275,7 @@ def test_finished_jobs_are_pruned_after_their_days_and_re_enqueue_creates_a_new_
         j=ids[4])
     add_upload(app, attempts[1], job, "done")
     assert api.counts("p")["done"] == 4
+    assert body(api.enqueue("p", values(1)))["inserted"] == 0  # a duplicate while the job is kept
     assert [tick(app)["jobs"] for _ in range(3)] == [2, 2, 1]
     left = sql(app, "SELECT id, state FROM jobs ORDER BY id")
     assert left == [(ids[4], "done"), (ids[5], "todo")]  # too recent, and not finished
