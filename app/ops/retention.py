@@ -82,46 +82,44 @@ def prune_attempts(keep: int, batch: int) -> int:
     return pruned
 
 
-def prune_outbox(days: int, batch: int) -> int:
-    """Outbox rows done more than ``days`` ago; pending rows are never touched. Commits."""
+def _delete_batch(table: str, where: str, batch: int, *, order: str | None = None,
+                  key: str = "id", **params) -> int:
+    """Delete at most ``batch`` rows matching ``where`` (oldest by ``order``
+    first). The outer ``where`` re-checks rows that changed while the batch
+    was being locked. Commits."""
+    order_by = f"ORDER BY {order} " if order else ""
     pruned = db.session.execute(text(
-        "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox "
-        "WHERE done_at IS NOT NULL AND done_at < now() - make_interval(days => :d) "
-        "ORDER BY done_at LIMIT :n FOR UPDATE SKIP LOCKED)"), {"d": days, "n": batch}).rowcount
+        f"DELETE FROM {table} WHERE {key} = ANY(ARRAY(SELECT {key} FROM {table} "
+        f"WHERE {where} {order_by}LIMIT :n FOR UPDATE SKIP LOCKED)) AND {where}"),
+        {"n": batch, **params}).rowcount
     db.session.commit()
     return pruned
+
+
+def prune_outbox(days: int, batch: int) -> int:
+    """Outbox rows done more than ``days`` ago; pending rows are never touched. Commits."""
+    return _delete_batch("outbox", "done_at < now() - make_interval(days => :d)", batch,
+                         order="done_at", d=days)
 
 
 def prune_hook_deliveries(days: int, batch: int) -> int:
     """Deliveries that ended ``delivered`` or ``skipped`` more than ``days`` ago. Commits."""
-    pruned = db.session.execute(text(
-        "DELETE FROM hook_deliveries WHERE id IN (SELECT id FROM hook_deliveries "
-        "WHERE state IN ('delivered', 'skipped') AND updated_at < now() - make_interval(days => :d) "
-        "ORDER BY updated_at LIMIT :n FOR UPDATE SKIP LOCKED) "
-        "AND state IN ('delivered', 'skipped')"), {"d": days, "n": batch}).rowcount
-    db.session.commit()
-    return pruned
+    return _delete_batch(
+        "hook_deliveries",
+        "state IN ('delivered', 'skipped') AND updated_at < now() - make_interval(days => :d)",
+        batch, order="updated_at", d=days)
 
 
-def _prune_expired(table: str, expiry_column: str, batch: int) -> int:
-    # Both tables are small (recent traffic only) and have no index on
-    # their expiry; ctid addresses the rows found without a second lookup.
-    pruned = db.session.execute(text(
-        f"DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} "
-        f"WHERE {expiry_column} <= now() LIMIT :n FOR UPDATE SKIP LOCKED)) "
-        f"AND {expiry_column} <= now()"), {"n": batch}).rowcount
-    db.session.commit()
-    return pruned
-
-
+# Sessions and rate-limit rows are few (recent traffic only) and have no
+# index on their expiry; ctid addresses the rows found without a key lookup.
 def prune_page_sessions(batch: int) -> int:
     """Page sessions past their absolute expiry (they no longer sign anyone in). Commits."""
-    return _prune_expired("page_sessions", "expires_at", batch)
+    return _delete_batch("page_sessions", "expires_at <= now()", batch, key="ctid")
 
 
 def prune_rate_limits(batch: int) -> int:
     """Rate-limit counters whose window has ended. Commits."""
-    return _prune_expired("rate_limits", "window_end", batch)
+    return _delete_batch("rate_limits", "window_end < now()", batch, key="ctid")
 
 
 _PRUNE_JOBS = text("""
