@@ -70,8 +70,8 @@ def render_retention_metrics() -> list[str]:
               for kind in retention.KINDS]
     lines += ["# HELP fleethq_table_rows Rows kept per table (planner estimate once analysed)",
               "# TYPE fleethq_table_rows gauge"]
-    lines += [f'fleethq_table_rows{{table="{table}"}} {kept["rows"]}'
-              for table, kept in retention_stats.table_rows().items()]
+    lines += [f'fleethq_table_rows{{table="{table}"}} {rows}'
+              for table, rows in retention_stats.table_rows().items()]
     return lines
 
 

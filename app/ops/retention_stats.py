@@ -3,8 +3,9 @@
 The numbers live in PostgreSQL (``retention_stats``, one row per kind)
 because the prune actor, the web processes and the metrics scrape are
 different processes. Table sizes are the planner's estimates
-(``pg_class.reltuples``): counting a table of millions of rows on every
-page view would cost more than the page.
+(``pg_class.reltuples``, or the statistics collector's count before the
+first analyse): counting a table of millions of rows on every page view
+would cost more than the page.
 """
 from __future__ import annotations
 
@@ -15,9 +16,6 @@ from app.extensions import db
 # The tables retention keeps bounded, in the order the dashboard lists them.
 TABLES = ("jobs", "attempts", "uploads", "outbox", "hook_deliveries", "page_sessions",
           "rate_limits", "worker_claim_buckets")
-# A table never vacuumed or analysed has no estimate (reltuples = -1); such a
-# table is young, so a count stopped at this many rows is cheap and honest.
-COUNT_CAP = 10_000
 
 
 def cursor(kind: str) -> int:
@@ -52,19 +50,19 @@ def pruned() -> dict[str, dict]:
                      "last_run_at": r.last_run_at} for r in rows}
 
 
-def table_rows() -> dict[str, dict]:
-    """``{table: {"rows", "estimated", "capped"}}`` for :data:`TABLES`."""
-    estimates = dict(db.session.execute(text(
-        "SELECT c.relname, c.reltuples FROM pg_class c "
+def table_rows() -> dict[str, int]:
+    """Estimated rows of each of :data:`TABLES`, read from the
+    catalog only: ``reltuples`` once the table has been vacuumed or analysed,
+    before that the statistics collector's live-row count."""
+    rows = db.session.execute(text(
+        "SELECT c.relname, c.reltuples, s.n_live_tup FROM pg_class c "
+        "LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid "
         "WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace "
-        "AND c.relname = ANY(:names)"), {"names": list(TABLES)}).all())
+        "AND c.relname = ANY(:names)"), {"names": list(TABLES)}).all()
+    found = {name: (reltuples, live) for name, reltuples, live in rows}
     out = {}
     for table in TABLES:
-        estimate = estimates.get(table, -1)
-        if estimate is not None and estimate >= 0:
-            out[table] = {"rows": int(estimate), "estimated": True, "capped": False}
-        else:
-            n = db.session.execute(text(
-                f"SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT :cap) t"), {"cap": COUNT_CAP}).scalar()
-            out[table] = {"rows": int(n), "estimated": False, "capped": n >= COUNT_CAP}
+        reltuples, live = found.get(table, (-1, None))
+        analysed = reltuples is not None and reltuples >= 0
+        out[table] = int(reltuples if analysed else live or 0)
     return out

@@ -65,7 +65,7 @@ def retention_context() -> list[dict]:
     for table, kept in retention_stats.table_rows().items():
         stats = pruned.get(table)
         last_run = stats["last_run_at"] if stats else None
-        rows.append({"table": table, "rule": rules[table], **kept,
+        rows.append({"table": table, "rule": rules[table], "rows": kept,
                      "last": stats["last"] if stats else None,
                      "total": stats["total"] if stats else None,
                      "last_run": last_run.timestamp() if last_run else None})
