@@ -362,3 +362,15 @@ def test_retention_settings_defaults_and_environment(monkeypatch):
     monkeypatch.setenv("FLEETHQ_KEEP_ATTEMPTS_PER_JOB", "0")
     cfg = app_config.load()
     assert (cfg["KEEP_FINISHED_JOBS_DAYS"], cfg["KEEP_ATTEMPTS_PER_JOB"]) == (365, 0)
+
+
+def test_claim_bucket_prunes_are_counted_with_the_others(app, api, settings):
+    from tasks import actors
+    api.put_project("p")
+    sql(app, "INSERT INTO worker_claim_buckets (project_id, worker_id, bucket_started_at) VALUES "
+             "('p', 'w1', now() - interval '31 days'), ('p', 'w1', now())")
+    with app.app_context():
+        actors.prune_claim_buckets.fn()
+    assert sql(app, "SELECT pruned_total, last_pruned FROM retention_stats "
+                    "WHERE kind = 'worker_claim_buckets'") == [(1, 1)]
+    assert one(app, "SELECT count(*) FROM worker_claim_buckets") == 1
