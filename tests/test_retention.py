@@ -374,3 +374,28 @@ def test_claim_bucket_prunes_are_counted_with_the_others(app, api, settings):
     assert sql(app, "SELECT pruned_total, last_pruned FROM retention_stats "
                     "WHERE kind = 'worker_claim_buckets'") == [(1, 1)]
     assert one(app, "SELECT count(*) FROM worker_claim_buckets") == 1
+
+
+def test_a_prune_skips_rows_a_writer_holds_instead_of_waiting(app, api, database_url, settings):
+    """Pruning never queues behind a claim, an outcome or a delivery: rows
+    locked by another transaction are left for a later run."""
+    import threading
+
+    import psycopg
+    settings(KEEP_ATTEMPTS_PER_JOB=1, KEEP_DONE_OUTBOX_DAYS=1)
+    api.put_project("p")
+    job, ids = job_with_attempts(app, api, "p", ["failed", "failed", "failed", "running"])
+    for ref in range(3):
+        _outbox(app, "archive_commit", ref, 5)
+    with psycopg.connect(database_url) as writer:
+        writer.execute("SELECT 1 FROM attempts WHERE id = %s FOR UPDATE", (ids[0],))
+        writer.execute("SELECT 1 FROM outbox WHERE ref = 0 FOR UPDATE")
+        result = {}
+        runner = threading.Thread(target=lambda: result.update(tick(app)))
+        runner.start()
+        runner.join(30)
+        assert not runner.is_alive(), "the prune waited for the writer's locks"
+        assert (result["attempts"], result["outbox"]) == (2, 2)
+        writer.rollback()
+    assert attempt_ids(app, job) == [ids[0], ids[3]]
+    assert tick(app)["outbox"] == 1
