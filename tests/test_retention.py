@@ -90,7 +90,8 @@ def test_attempts_beyond_the_newest_n_per_job_are_pruned_and_not_before(app, api
     assert sql(app, "SELECT state, attempts_count FROM jobs WHERE id = :j", j=many) == [("wip", 7)]
 
 
-def test_retried_attempts_through_the_api_keep_the_newest_and_the_current(app, api, settings):
+def test_retried_attempts_through_the_api_keep_the_newest_and_the_current(app, api, client,
+                                                                          settings):
     settings(KEEP_ATTEMPTS_PER_JOB=2)
     api.put_project("p", max_resets=10)
     api.enqueue("p", values(1))
@@ -100,6 +101,9 @@ def test_retried_attempts_through_the_api_keep_the_newest_and_the_current(app, a
         sql(app, "UPDATE jobs SET not_before = now()")  # skip the retry backoff
     current = body(api.claim("p", max_jobs=1))["jobs"][0]
     assert tick(app)["attempts"] == 3
+    sign_in(app, client)
+    page = client.get(f"/admin/jobs/{current['job_id']}").get_data(as_text=True)
+    assert "3 older finished attempts pruned by retention" in page
     rows = sql(app, "SELECT id::text, state FROM attempts ORDER BY id")
     assert [state for _, state in rows] == ["failed", "running"]
     assert rows[-1][0] == current["attempt_id"]
