@@ -57,10 +57,10 @@ def render_queue_metrics() -> str:
               "# TYPE fleethq_queue_depth gauge"]
     for project_id, by_state in sorted(job_counts.items()):
         lines.append(f'fleethq_queue_depth{{project="{_label(project_id)}"}} {by_state["todo"]}')
-    return "\n".join(lines + render_retention_metrics()) + "\n"
+    return "\n".join(lines) + "\n"
 
 
-def render_retention_metrics() -> list[str]:
+def render_retention_metrics() -> str:
     """Rows pruned per kind (from ``retention_stats``, so every process
     reports the same totals) and the estimated size of the pruned tables."""
     pruned = retention_stats.pruned()
@@ -72,7 +72,7 @@ def render_retention_metrics() -> list[str]:
               "# TYPE fleethq_table_rows gauge"]
     lines += [f'fleethq_table_rows{{table="{table}"}} {rows}'
               for table, rows in retention_stats.table_rows().items()]
-    return lines
+    return "\n".join(lines) + "\n"
 
 
 def _process_metrics() -> bytes:
@@ -100,5 +100,5 @@ def init_app(app) -> None:
 
     @app.get("/metrics")
     def metrics():
-        body = render_queue_metrics().encode() + _process_metrics()
+        body = (render_queue_metrics() + render_retention_metrics()).encode() + _process_metrics()
         return Response(body, mimetype=CONTENT_TYPE_LATEST)
