@@ -60,6 +60,15 @@ def render_queue_metrics() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _process_metrics() -> bytes:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry)
+    from prometheus_client import REGISTRY
+    return generate_latest(REGISTRY)
+
+
 def render_retention_metrics() -> str:
     """Rows pruned per kind (from ``retention_stats``, so every process
     reports the same totals) and the estimated size of the pruned tables."""
@@ -73,15 +82,6 @@ def render_retention_metrics() -> str:
     lines += [f'fleethq_table_rows{{table="{table}"}} {rows}'
               for table, rows in retention_stats.table_rows().items()]
     return "\n".join(lines) + "\n"
-
-
-def _process_metrics() -> bytes:
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
-        return generate_latest(registry)
-    from prometheus_client import REGISTRY
-    return generate_latest(REGISTRY)
 
 
 def init_app(app) -> None:
