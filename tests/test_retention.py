@@ -368,7 +368,7 @@ def test_retention_settings_defaults_and_environment(monkeypatch):
     assert (cfg["KEEP_FINISHED_JOBS_DAYS"], cfg["KEEP_ATTEMPTS_PER_JOB"]) == (365, 0)
 
 
-def test_claim_bucket_prunes_are_counted_with_the_others(app, api, settings):
+def test_claim_bucket_prunes_are_counted_with_the_others(app, api, client, settings):
     from tasks import actors
     api.put_project("p")
     sql(app, "INSERT INTO worker_claim_buckets (project_id, worker_id, bucket_started_at) VALUES "
@@ -378,6 +378,8 @@ def test_claim_bucket_prunes_are_counted_with_the_others(app, api, settings):
     assert sql(app, "SELECT pruned_total, last_pruned FROM retention_stats "
                     "WHERE kind = 'worker_claim_buckets'") == [(1, 1)]
     assert one(app, "SELECT count(*) FROM worker_claim_buckets") == 1
+    assert 'fleethq_pruned_rows_total{kind="worker_claim_buckets"} 1' in client.get(
+        "/metrics").get_data(as_text=True)
 
 
 def test_a_prune_skips_rows_a_writer_holds_instead_of_waiting(app, api, database_url, settings):

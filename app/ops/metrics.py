@@ -76,8 +76,8 @@ def render_retention_metrics() -> str:
     lines = ["# HELP fleethq_pruned_rows_total Rows deleted by retention pruning",
              "# TYPE fleethq_pruned_rows_total counter"]
     lines += [f'fleethq_pruned_rows_total{{kind="{kind}"}} {pruned.get(kind, {}).get("total", 0)}'
-              for kind in retention.KINDS]
-    lines += ["# HELP fleethq_table_rows Rows kept per table (planner estimate once analysed)",
+              for kind in sorted(set(retention.KINDS) | set(pruned))]
+    lines += ["# HELP fleethq_table_rows Rows kept per table (PostgreSQL's estimate, not a count)",
               "# TYPE fleethq_table_rows gauge"]
     lines += [f'fleethq_table_rows{{table="{table}"}} {rows}'
               for table, rows in retention_stats.table_rows().items()]
