@@ -48,6 +48,13 @@ class Defaults:
     UPLOAD_MIN_BYTES = 10 * 1024
     UPLOAD_MAX_BYTES = 100 * 1024 * 1024
     STAGED_RETENTION_S = 7 * 24 * 3600
+    # Retention of finished rows (docs/operations.md "Retention"), pruned by
+    # the clock in batches of at most PRUNE_BATCH rows per kind and tick.
+    # 0 keeps that kind forever.
+    KEEP_ATTEMPTS_PER_JOB = 20         # finished attempts kept per job, newest first
+    KEEP_DONE_OUTBOX_DAYS = 14         # done outbox rows, delivered/skipped hook deliveries
+    KEEP_FINISHED_JOBS_DAYS = 0        # done/failed/reset_exhausted jobs; an archive keeps them
+    PRUNE_BATCH = 5_000
     NODE_LEASE_S = 60
     WORKER_STALE_S = 90
     # GitHub sign-in (DESIGN §10). The URLs are settings so that tests (and
@@ -118,14 +125,30 @@ def load(overrides: dict | None = None) -> dict:
     if not isinstance(cfg["MACHINE_TOKENS_VIEWABLE"], bool):
         raise ValueError("MACHINE_TOKENS_VIEWABLE must be true or false, "
                          f"not {cfg['MACHINE_TOKENS_VIEWABLE']!r}")
-    size = cfg["FLEET_POOL_SIZE"]
-    if not isinstance(size, int) or isinstance(size, bool) or not 16 <= size <= 64:
-        raise ValueError(f"FLEET_POOL_SIZE must be an integer 16..64, not {size!r}")
+    size = _bounded_int(cfg, "FLEET_POOL_SIZE", 16, 64)
+    for key, low, high in RETENTION_BOUNDS:
+        _bounded_int(cfg, key, low, high)
     cfg["SQLALCHEMY_BINDS"] = {"fleet": {
         "url": cfg["SQLALCHEMY_DATABASE_URI"], "pool_size": size, "max_overflow": 0,
         "pool_pre_ping": True, "connect_args": {"application_name": "fleethq-fleet"}}}
     cfg["LISTEN_DSN"] = libpq_url(cfg["SQLALCHEMY_DATABASE_URI"])
     return cfg
+
+
+# (setting, lowest, highest); 0 disables a KEEP_* kind.
+RETENTION_BOUNDS = (
+    ("KEEP_ATTEMPTS_PER_JOB", 0, 1_000_000),
+    ("KEEP_DONE_OUTBOX_DAYS", 0, 100_000),
+    ("KEEP_FINISHED_JOBS_DAYS", 0, 100_000),
+    ("PRUNE_BATCH", 1, 100_000),
+)
+
+
+def _bounded_int(cfg: dict, key: str, low: int, high: int) -> int:
+    value = cfg[key]
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"{key} must be an integer {low}..{high}, not {value!r}")
+    return value
 
 
 def read_secret_file(path: str) -> str:

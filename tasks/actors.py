@@ -29,8 +29,21 @@ def prune_claim_buckets():
     """Drop per-worker claim audit rows older than their retention."""
     from flask import current_app
 
+    from app.ops import retention_stats
     from app.projects import claim_audit
-    claim_audit.prune(int(current_app.config["CLAIM_BUCKET_RETENTION_DAYS"]))
+    pruned = claim_audit.prune(int(current_app.config["CLAIM_BUCKET_RETENTION_DAYS"]))
+    retention_stats.record({"worker_claim_buckets": pruned})
+
+
+@dramatiq.actor(queue_name="maintenance", max_retries=3, time_limit=300_000)
+def prune_retention():
+    """Prune finished rows past their retention, one bounded batch per kind."""
+    from flask import current_app
+
+    from app.ops import retention
+    pruned = retention.run(current_app.config)
+    if any(pruned.values()):
+        log.info("pruned: %s", pruned)
 
 
 def _store():

@@ -21,6 +21,7 @@ SCHEDULE = (
     (actors.reconcile, float(os.environ.get("FLEETHQ_RECONCILE_EVERY_S", "15"))),
     (actors.sweep_spool, float(os.environ.get("FLEETHQ_SWEEP_SPOOL_EVERY_S", "300"))),
     (actors.prune_claim_buckets, float(os.environ.get("FLEETHQ_PRUNE_CLAIM_BUCKETS_EVERY_S", "3600"))),
+    (actors.prune_retention, float(os.environ.get("FLEETHQ_PRUNE_EVERY_S", "60"))),
 )
 
 

@@ -20,7 +20,8 @@ from tests.conftest import unique
 from tests.helpers import Api, body, close_broker, values
 
 ACTORS = (actors.reap_leases, actors.fold_counters, actors.reconcile, actors.sweep_spool,
-          actors.prune_claim_buckets)
+          actors.prune_claim_buckets,
+          actors.prune_retention)
 
 
 class Recorder(dramatiq.Middleware):
@@ -308,7 +309,8 @@ def test_clock_default_schedule(stub_broker, monkeypatch):
     monkeypatch.setattr(clock, "time", fake)
     start = fake.now
     assert {a.actor_name for a, _ in clock.SCHEDULE} == {"reap_leases", "fold_counters", "reconcile",
-                                                         "sweep_spool", "prune_claim_buckets"}
+                                                         "sweep_spool", "prune_claim_buckets",
+                                                         "prune_retention"}
     clock.run(stop=lambda: fake.now - start >= 59)
     periods = dict((a.actor_name, p) for a, p in clock.SCHEDULE)
     sent = stub_broker.recorder.enqueued
@@ -350,3 +352,23 @@ def test_clock_to_redis_to_worker(app, two_claimed, redis_broker, monkeypatch):
     assert job_row(app, jobs[1]["job_id"])["state"] == "todo"
     assert api.counts(project) == {"todo": 2, "wip": 1, "staged": 0, "done": 0, "failed": 0,
                                    "reset_exhausted": 0}
+
+
+def test_prune_retention_through_redis(app, two_claimed, redis_broker, monkeypatch):
+    """The clock's prune message runs in a worker: an attempt beyond the
+    newest one of its job is pruned, the counts are recorded in PostgreSQL."""
+    from tests.helpers import sql
+    api, project, jobs = two_claimed
+    monkeypatch.setenv("FLEETHQ_KEEP_ATTEMPTS_PER_JOB", "1")  # read by the worker's create_app()
+    assert api.fail(project, jobs[:1], retryable=True).status_code == 200
+    sql(app, "UPDATE jobs SET not_before = now()")
+    again = body(api.claim(project, max_jobs=2, lease_seconds=300))["jobs"]
+    assert jobs[0]["job_id"] in [j["job_id"] for j in again]
+    actors.prune_retention.send()
+    run_worker(redis_broker)
+    assert [(name, exc) for name, _, exc in redis_broker.recorder.processed] == [
+        ("prune_retention", None)]
+    assert sql(app, "SELECT count(*) FROM attempts WHERE job_id = :j",
+               j=int(jobs[0]["job_id"])) == [(1,)]
+    assert sql(app, "SELECT pruned_total FROM retention_stats WHERE kind = 'attempts'") == [(1,)]
+    assert job_row(app, jobs[0]["job_id"])["attempt_state"] == "running"

@@ -19,6 +19,7 @@ from sqlalchemy import text
 
 from app.extensions import db
 from app.hooks import deliveries
+from app.ops import retention, retention_stats
 from app.projects import counters
 
 REQUEST_LATENCY = Histogram(
@@ -89,6 +90,21 @@ def _process_metrics() -> bytes:
     return generate_latest(REGISTRY)
 
 
+def render_retention_metrics() -> str:
+    """Rows pruned per kind (from ``retention_stats``, so every process
+    reports the same totals) and the estimated size of the pruned tables."""
+    pruned = retention_stats.pruned()
+    lines = ["# HELP fleethq_pruned_rows_total Rows deleted by retention pruning",
+             "# TYPE fleethq_pruned_rows_total counter"]
+    lines += [f'fleethq_pruned_rows_total{{kind="{kind}"}} {pruned.get(kind, {}).get("total", 0)}'
+              for kind in sorted(set(retention.KINDS) | set(pruned))]
+    lines += ["# HELP fleethq_table_rows Rows kept per table (PostgreSQL's estimate, not a count)",
+              "# TYPE fleethq_table_rows gauge"]
+    lines += [f'fleethq_table_rows{{table="{table}"}} {rows}'
+              for table, rows in retention_stats.table_rows().items()]
+    return "\n".join(lines) + "\n"
+
+
 def init_app(app) -> None:
     @app.before_request
     def _start_timer():
@@ -105,5 +121,5 @@ def init_app(app) -> None:
 
     @app.get("/metrics")
     def metrics():
-        body = render_queue_metrics().encode() + _process_metrics()
+        body = (render_queue_metrics() + render_retention_metrics()).encode() + _process_metrics()
         return Response(body, mimetype=CONTENT_TYPE_LATEST)

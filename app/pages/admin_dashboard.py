@@ -1,4 +1,5 @@
-"""``/admin``: projects with counts and throughput, workers, backlog, recent errors.
+"""``/admin``: projects with counts and throughput, workers, backlog, recent
+errors, and retention (what is kept, what was pruned).
 
 The live part is also served alone (``/admin/live``) so that a small static
 script can refresh it with ``fetch`` every few seconds without a full reload.
@@ -8,6 +9,7 @@ from __future__ import annotations
 from flask import current_app, render_template
 
 from app.hooks import deliveries
+from app.ops import retention_stats
 from app.pages import aggregates, charts
 from app.pages.admin import bp
 from app.projects import service
@@ -38,9 +40,41 @@ def live_context() -> dict:
     }
 
 
+def _kept_for(days: int, what: str) -> str:
+    return f"{what} after {days} days" if days else "kept forever"
+
+
+def retention_context() -> list[dict]:
+    """One row per table: its rule, rows kept, and what the clock pruned."""
+    cfg = current_app.config
+    keep, outbox_days = cfg["KEEP_ATTEMPTS_PER_JOB"], cfg["KEEP_DONE_OUTBOX_DAYS"]
+    rules = {
+        "jobs": _kept_for(cfg["KEEP_FINISHED_JOBS_DAYS"], "done, failed and exhausted jobs"),
+        "attempts": (f"finished attempts beyond the newest {keep} per job" if keep
+                     else "kept forever"),
+        "uploads": (f"staged uploads fail after {cfg['STAGED_RETENTION_S'] // 86400} days; "
+                    "receipts go with their attempt or job"),
+        "outbox": _kept_for(outbox_days, "done rows"),
+        "hook_deliveries": _kept_for(outbox_days, "delivered and skipped deliveries"),
+        "page_sessions": "at expiry",
+        "rate_limits": "when their window ends",
+        "worker_claim_buckets": f"after {cfg['CLAIM_BUCKET_RETENTION_DAYS']} days",
+    }
+    pruned = retention_stats.pruned()
+    rows = []
+    for table, kept in retention_stats.table_rows().items():
+        stats = pruned.get(table)
+        last_run = stats["last_run_at"] if stats else None
+        rows.append({"table": table, "rule": rules[table], "rows": kept,
+                     "last": stats["last"] if stats else None,
+                     "total": stats["total"] if stats else None,
+                     "last_run": last_run.timestamp() if last_run else None})
+    return rows
+
+
 @bp.get("")
 def dashboard():
-    return render_template("admin/dashboard.html", **live_context())
+    return render_template("admin/dashboard.html", retention=retention_context(), **live_context())
 
 
 @bp.get("/live")
