@@ -25,7 +25,7 @@ from app.storage import content_key, from_config
 from tasks import actors
 from tests.conftest import free_port
 from tests.fleet_helpers import Node
-from tests.helpers import body
+from tests.helpers import body, sql
 from tests.test_archive import (Pipeline, Staged, commit_directly, hints,  # noqa: F401 (fixtures)
                                 idle_in_transaction, local_store, make_broker, moto, one, rows,
                                 run_worker, s3_store)
@@ -835,6 +835,33 @@ def test_disabled_consumer_is_skipped_and_reenabling_sends_everything_again(
     assert ensure(app) == {"backfilled": 0, "revived": 0}
     assert hook_metrics(client, pipeline.project) == {"fleethq_hook_deliveries_failed": 0,
                                                       "fleethq_hook_deliveries_skipped": 0}
+
+
+def test_reenabling_after_retention_pruned_old_deliveries_resends_nothing_already_delivered(
+        app, pipeline, consumers):
+    """Re-enabling rescans only the assets archived since the consumer was
+    disabled: an asset whose delivered row retention has pruned is not sent
+    a second time."""
+    consumer = consumers()
+    created = add_consumer(pipeline, consumer.url)
+    path = f"/api/v1/admin/projects/{pipeline.project}/hooks/{created['consumer_id']}"
+    archive(app, pipeline, "10.1234/long-ago", seed=50)
+    [old] = delivery_ids(app)
+    assert deliver(app, old) == "delivered"
+    assert ensure(app) == {"backfilled": 0, "revived": 0}  # the reconciler's tick passes it
+    sql(app, "UPDATE hook_deliveries SET updated_at = now() - interval '30 days' WHERE id = :d", d=old)
+    from app.ops import retention
+    with app.app_context():
+        assert retention.prune_hook_deliveries(14, 100) == 1
+    assert delivery_ids(app) == []
+    assert pipeline.api.call("PATCH", path, {"enabled": False}).status_code == 200
+    archive(app, pipeline, "10.1234/while-off", seed=51)
+    assert pipeline.api.call("PATCH", path, {"enabled": True}).status_code == 200
+    assert ensure(app) == {"backfilled": 1, "revived": 0}
+    [new] = delivery_ids(app)
+    assert deliver(app, new) == "delivered"
+    assert ensure(app) == {"backfilled": 0, "revived": 0}
+    assert consumer.delivery_ids() == [str(old), str(new)]
 
 
 def hook_metrics(client, project_id: str) -> dict[str, float]:

@@ -217,9 +217,10 @@ def test_only_delivered_hook_deliveries_are_pruned(app, api, settings):
     _delivery(app, 3, "pending", 30)            # never: still to be sent
     _delivery(app, 4, "awaiting_callback", 30)  # never: the consumer has not confirmed
     _delivery(app, 5, "failed", 30)             # kept for the failures list and a retry
+    _delivery(app, 6, "skipped", 30)            # owed to the consumer if it is re-enabled
     assert tick(app)["hook_deliveries"] == 1
     assert sql(app, "SELECT attempt_id FROM hook_deliveries ORDER BY attempt_id") == [
-        (2,), (3,), (4,), (5,)]
+        (2,), (3,), (4,), (5,), (6,)]
 
 
 def test_zero_days_keeps_outbox_and_deliveries_forever(app, settings):

@@ -10,8 +10,10 @@ every tick to close the gaps that path cannot see, in bounded batches:
   archiving-attempt order and queues a delivery for each one without one;
 - a consumer re-enabled after being disabled on purpose: its ``skipped``
   deliveries go back to pending (a fresh series of tries), and its cursor
-  starts again from the beginning so that assets archived while it was off
-  are found too (a rescan costs one index lookup per asset).
+  goes back to the first asset archived since it was disabled, so that the
+  assets archived while it was off are found too (one index lookup per
+  asset). Not further back: retention prunes old ``delivered`` rows, and an
+  asset whose delivery was pruned must not be sent again.
 
 An asset is identified by the attempt that archived it (``assets.attempt_id``);
 the unique (consumer_id, attempt_id) index makes every step idempotent, so

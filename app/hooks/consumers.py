@@ -85,10 +85,17 @@ def update(project_id: str, consumer_id: int, *, url=None, enabled=None, name=No
     if enabled is not None:
         if not isinstance(enabled, bool):
             raise InvalidRequest("enabled must be true or false", details={"field": "enabled"})
-        # Re-enabled: the backfill looks at every asset again, for the ones
-        # archived while the consumer was off (SET sees the old ``enabled``).
+        # Re-enabled: the backfill goes back to the first asset archived since
+        # the consumer was disabled, so those archived while it was off get a
+        # delivery. Not further back: a delivered row pruned by retention must
+        # not look like a missing one. (SET sees the old row's values.)
         fields += ["enabled = :e",
-                   "backfilled_through = CASE WHEN :e AND NOT enabled THEN 0 ELSE backfilled_through END"]
+                   "disabled_at = CASE WHEN :e THEN NULL WHEN enabled THEN now() ELSE disabled_at END",
+                   "backfilled_through = CASE WHEN :e AND NOT enabled THEN LEAST(backfilled_through, "
+                   "COALESCE((SELECT min(a.attempt_id) - 1 FROM assets a "
+                   "WHERE a.project_id = hook_consumers.project_id "
+                   "AND a.created_at >= COALESCE(hook_consumers.disabled_at, '-infinity')), "
+                   "backfilled_through)) ELSE backfilled_through END"]
         params["e"] = enabled
     if name is not None:
         fields.append("name = :n")

@@ -61,6 +61,9 @@ class HookConsumer(db.Model):
     # The backfill has queued a delivery for every asset of the project whose
     # archiving attempt id is at most this (assets.attempt_id order).
     backfilled_through: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    # When it was last disabled on purpose; a re-enable rescans the assets
+    # archived since then (not every asset: old delivered rows may be pruned).
+    disabled_at = mapped_column(DateTime(timezone=True))
     created_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
 
 

@@ -28,4 +28,4 @@ class RetentionStat(db.Model):
 
 Index("ix_outbox_done", OutboxItem.done_at, postgresql_where=text("done_at IS NOT NULL"))
 Index("ix_hook_deliveries_finished", HookDelivery.updated_at,
-      postgresql_where=text("state IN ('delivered', 'skipped')"))
+      postgresql_where=text("state = 'delivered'"))

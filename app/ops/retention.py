@@ -15,7 +15,8 @@ What is never pruned:
   held upload, or one holding spool quota); a failed or expired upload row is
   pruned together with its attempt;
 - an outbox row that is not done, a hook delivery that is not ``delivered``
-  or ``skipped``, and a job whose upload a delivery still needs;
+  (a ``skipped`` one is owed to a consumer that may be re-enabled), and a
+  job whose upload such a delivery still needs;
 - ``assets``: they are the archive's index.
 
 Pruning a finished job (off by default) forgets its identity: enqueueing
@@ -103,10 +104,13 @@ def prune_outbox(days: int, batch: int) -> int:
 
 
 def prune_hook_deliveries(days: int, batch: int) -> int:
-    """Deliveries that ended ``delivered`` or ``skipped`` more than ``days`` ago. Commits."""
+    """Deliveries ``delivered`` more than ``days`` ago. Commits.
+
+    ``skipped`` ones are kept: they are work owed to a consumer disabled on
+    purpose, sent again when it is re-enabled."""
     return _delete_batch(
         "hook_deliveries",
-        "state IN ('delivered', 'skipped') AND updated_at < now() - make_interval(days => :d)",
+        "state = 'delivered' AND updated_at < now() - make_interval(days => :d)",
         batch, order="updated_at", d=days)
 
 
@@ -133,7 +137,7 @@ WITH oldest AS (
                       AND (u.state NOT IN ('done', 'failed', 'expired') OR u.reserved_bytes > 0))
       -- a delivery reads its upload row: keep both until it has ended for good
       AND NOT EXISTS (SELECT 1 FROM uploads u JOIN hook_deliveries d ON d.attempt_id = u.attempt_id
-                      WHERE u.job_id = j.id AND d.state NOT IN ('delivered', 'skipped'))
+                      WHERE u.job_id = j.id AND d.state <> 'delivered')
     ORDER BY j.id LIMIT :n FOR UPDATE SKIP LOCKED
 ), receipts AS (
     DELETE FROM uploads WHERE job_id IN (SELECT id FROM locked)

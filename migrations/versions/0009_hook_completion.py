@@ -37,6 +37,8 @@ def upgrade():
                                               server_default='3600', nullable=False))
     op.add_column('hook_consumers', sa.Column('backfilled_through', sa.BigInteger(),
                                               server_default='0', nullable=False))
+    op.add_column('hook_consumers', sa.Column('disabled_at', sa.DateTime(timezone=True),
+                                              nullable=True))
     op.create_check_constraint(op.f('ck_hook_consumers_completion_timeout'), 'hook_consumers',
                                'completion_timeout_seconds BETWEEN 10 AND 604800')
     op.add_column('hook_deliveries', sa.Column('awaiting_until', sa.DateTime(timezone=True),
@@ -76,5 +78,6 @@ def downgrade():
                                f"state IN ({STATES})")
     op.drop_column('hook_deliveries', 'awaiting_until')
     op.drop_constraint(op.f('ck_hook_consumers_completion_timeout'), 'hook_consumers', type_='check')
+    op.drop_column('hook_consumers', 'disabled_at')
     op.drop_column('hook_consumers', 'backfilled_through')
     op.drop_column('hook_consumers', 'completion_timeout_seconds')

@@ -24,7 +24,7 @@ down_revision = '0009'
 branch_labels = None
 depends_on = None
 
-FINISHED_DELIVERIES = "state IN ('delivered', 'skipped')"
+FINISHED_DELIVERIES = "state = 'delivered'"
 
 
 def upgrade():
