@@ -152,9 +152,8 @@ def test_enqueue_takes_dois_arxiv_ids_and_http_urls(app, api):
         {"value": "hep-th/9901001"}, {"value": "https://example.org/paper.pdf"},
         {"value": "http://example.org/landing?id=1"}])
     assert out["submitted"] == 6 and out["inserted"] == 6
-    # Every job carries the pdf task deadline (DESIGN §12: 15 min).
-    spans = sql(app, "SELECT extract(epoch FROM deadline_at - created_at) FROM jobs")
-    assert all(abs(float(s) - 900) < 5 for (s,) in spans), spans
+    # No task deadline yet: it starts at the first claim (DESIGN §12: 15 min from then).
+    assert sql(app, "SELECT count(*) FROM jobs WHERE deadline_at IS NULL") == [(6,)]
 
 
 # -------------------------------------------------------------------- caps
@@ -384,9 +383,13 @@ def test_attempt_timeout_bounds_claim_extend_and_heartbeat(app, client, api):
 def test_task_timeout_bounds_every_lease(app, client, api):
     pdf_project(api, "papers", task_timeout_seconds=60, attempt_timeout_seconds=360)
     enqueue(api, "papers", papers(1))
-    [(job_deadline,)] = sql(app, "SELECT floor(extract(epoch FROM deadline_at)) FROM jobs")
     node = live_node(client, app)
     [job] = claimed(node.claim("papers", lease_seconds=3600), 1)
+    # The first claim starts the task deadline: 60 s from the attempt's creation.
+    [(job_deadline, span)] = sql(app, "SELECT floor(extract(epoch FROM j.deadline_at)), "
+                                      "extract(epoch FROM j.deadline_at - a.created_at) "
+                                      "FROM jobs j JOIN attempts a ON a.id = j.current_attempt_id")
+    assert float(span) == 60
     assert job["lease_expires_at"] == job_deadline
     [ext] = item_results(extend(node, "papers", [job], 3600))
     assert ext["lease_expires_at"] == job_deadline

@@ -183,8 +183,9 @@ def detail(project_id: str, job_id: int) -> dict:
 
 
 def requeue(project_id: str, job_id: int) -> None:
-    """Put a failed or exhausted job back in the queue with fresh counters and
-    no error (A9). Commits.
+    """Put a failed or exhausted job back in the queue with fresh counters, no
+    error and no task deadline (A9): a fresh start, whose deadline starts again
+    at its next claim. Commits.
 
     Raises:
         NotFound: no such job in this project.
@@ -192,8 +193,7 @@ def requeue(project_id: str, job_id: int) -> None:
     """
     row = db.session.execute(text(
         "UPDATE jobs SET state = 'todo', resets = 0, not_before = now(), updated_at = now(), "
-        "lease_expires_at = NULL, last_error = NULL, deadline_at = now() + make_interval(secs => "
-        "CAST((SELECT task_timeout_seconds FROM projects WHERE id = :p) AS int)) "
+        "lease_expires_at = NULL, last_error = NULL, deadline_at = NULL "
         "WHERE id = :id AND project_id = :p "
         "AND state IN ('failed', 'reset_exhausted') RETURNING id"),
         {"id": job_id, "p": project_id}).first()

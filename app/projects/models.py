@@ -53,6 +53,7 @@ class Project(db.Model):
     max_in_flight = mapped_column(Integer)
     max_worker_in_flight = mapped_column(Integer)
     prefer_new_worker: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    max_worker_attempts = mapped_column(Integer)
     task_timeout_seconds = mapped_column(Integer)
     attempt_timeout_seconds = mapped_column(Integer)
     upload_timeout_seconds: Mapped[int] = mapped_column(Integer, nullable=False)
