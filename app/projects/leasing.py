@@ -463,7 +463,8 @@ WITH expired AS (
 ), upd AS (
     UPDATE jobs j SET
         {states.retry_set('p.max_resets', 'p.retry_backoff_seconds')},
-        last_error = jsonb_build_object('code', 'lease_expired', 'message', 'the lease ran out'),
+        last_error = CASE WHEN {states.DEADLINE_PASSED} THEN {states.TIMEOUT_ERROR}
+            ELSE jsonb_build_object('code', 'lease_expired', 'message', 'the lease ran out') END,
         updated_at = now()
     FROM expired e, projects p
     WHERE j.id = e.id AND p.id = j.project_id
@@ -477,13 +478,12 @@ SELECT project_id, state, count(*) FROM upd GROUP BY project_id, state
 
 # Only a job that was claimed has a task deadline (it starts at the first
 # claim): this fails retries waiting past it, never a job still in its backlog.
-_FAIL_OVERDUE_SQL = """
+_FAIL_OVERDUE_SQL = f"""
 WITH overdue AS (
     SELECT id FROM jobs WHERE state = 'todo' AND deadline_at <= now()
     LIMIT :limit FOR UPDATE SKIP LOCKED
 )
-UPDATE jobs j SET state = 'failed', updated_at = now(),
-    last_error = jsonb_build_object('code', 'timeout', 'message', 'task deadline passed')
+UPDATE jobs j SET state = 'failed', updated_at = now(), last_error = {states.TIMEOUT_ERROR}
 FROM overdue WHERE j.id = overdue.id
 """
 

@@ -63,6 +63,9 @@ ATTEMPT_TRANSITIONS = {
 # ------------------------------------------------------------- shared SQL
 # The pieces below name the job row ``j``.
 
+DEADLINE_PASSED = "j.deadline_at IS NOT NULL AND j.deadline_at <= now()"
+TIMEOUT_ERROR = "jsonb_build_object('code', 'timeout', 'message', 'task deadline passed')"
+
 def backoff(base: str, resets: str) -> str:
     """Exponential backoff with "equal jitter" (50..100 % of the step), capped at 1 h."""
     return (f"make_interval(secs => LEAST(3600.0, {base} * power(2.0, LEAST({resets}, 20))) "
@@ -72,7 +75,7 @@ def backoff(base: str, resets: str) -> str:
 def retry_state(max_resets: str) -> str:
     """Where a job goes when its attempt ends retryably: ``failed`` once its
     task deadline has passed, ``reset_exhausted`` out of resets, else ``todo``."""
-    return ("CASE WHEN j.deadline_at IS NOT NULL AND j.deadline_at <= now() THEN 'failed' "
+    return (f"CASE WHEN {DEADLINE_PASSED} THEN 'failed' "
             f"WHEN j.resets >= {max_resets} THEN 'reset_exhausted' ELSE 'todo' END")
 
 
