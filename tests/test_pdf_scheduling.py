@@ -341,6 +341,53 @@ def test_a_fourth_distinct_worker_never_gets_the_job(app, client, api):
     assert workers == [(3,)]
 
 
+def test_max_worker_attempts_of_one_fails_the_job_after_one_worker_tried(app, client, api):
+    pdf_project(api, "papers", retry_backoff_seconds=0, max_resets=20, max_worker_attempts=1)
+    enqueue(api, "papers", papers(1))
+    [job_id] = [r[0] for r in sql(app, "SELECT id FROM jobs")]
+    a, b = live_node(client, app, name="a"), live_node(client, app, name="b")
+    _fail_by_each(app, api, [a], job_id)
+    assert claimed(b.claim("papers"), 0) == []
+    # With no other worker fresh, the lone worker may not retry either: the
+    # cap counts the worker that tried.
+    age_heartbeat(app, b)
+    assert claimed(a.claim("papers"), 0) == []
+    assert sweep(app)["tried_out"] == 1
+    assert job_state(app, job_id) == ("failed", "no_eligible_worker")
+
+
+def test_raising_max_worker_attempts_lets_a_fourth_worker_try(app, client, api):
+    pdf_project(api, "papers", retry_backoff_seconds=0, max_resets=20)
+    enqueue(api, "papers", papers(1))
+    [job_id] = [r[0] for r in sql(app, "SELECT id FROM jobs")]
+    a, b, c, d = (live_node(client, app, name=n) for n in "abcd")
+    _fail_by_each(app, api, [a, b, c], job_id)
+    assert claimed(d.claim("papers"), 0) == []
+    api.call("PATCH", "/api/v1/fleethq/projects/papers", {"max_worker_attempts": 4})
+    _fail_by_each(app, api, [d], job_id)
+    assert sweep(app)["tried_out"] == 1
+    # null: no limit on distinct workers (max_resets still bounds the retries).
+    api.call("PATCH", "/api/v1/fleethq/projects/papers", {"max_worker_attempts": None})
+    sql(app, "UPDATE jobs SET state = 'todo' WHERE id = :j", j=job_id)
+    e = live_node(client, app, name="e")
+    [attempt] = claimed(e.claim("papers"), 1)
+    assert attempt["job_id"] == job_id
+
+
+def test_max_worker_attempts_applies_to_generic_projects_when_set(app, client, api):
+    api.put_project("gen", max_worker_attempts=2, max_resets=20)
+    api.enqueue("gen", [{"id": "a", "value": "anything"}])
+    a, b, c = (Node(client, app, name=n) for n in "abc")
+    for node in (a, b):
+        [job] = claimed(node.claim("gen"), 1)
+        assert item_results(node.fail("gen", job, retryable=True))[0]["job_status"] == "todo"
+    assert claimed(c.claim("gen"), 0) == []
+    assert claimed(a.claim("gen"), 0) == []
+    assert sweep(app)["tried_out"] == 1
+    assert sql(app, "SELECT state, last_error ->> 'code' FROM jobs") == [
+        ("failed", "no_eligible_worker")]
+
+
 # --------------------------------------------------- completion and deadlines
 
 def test_pdf_jobs_cannot_be_completed_through_the_job_protocol(app, client, api):
