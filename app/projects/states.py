@@ -19,8 +19,9 @@ OWNERS = {
                                       "had there (an import, not a transition)",
 }
 
-# (from, to): who moves a job that way. New jobs are inserted ``todo``.
+# (from, to): who moves a job that way; ``None`` is "inserted".
 JOB_TRANSITIONS = {
+    (None, "todo"): "enqueue (enqueue.insert_batch), with no task deadline yet",
     ("todo", "wip"): "claim (leasing.claim); a late upload of a reaped attempt (transitions.admit)",
     ("todo", "failed"): "sweep: a retry whose task deadline passed, or a job tried by "
                         "max_worker_attempts distinct workers (leasing.sweep)",
