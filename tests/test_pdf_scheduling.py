@@ -340,6 +340,17 @@ def test_a_fourth_distinct_worker_never_gets_the_job(app, client, api):
     workers = sql(app, "SELECT count(DISTINCT worker_id) FROM attempts WHERE job_id = :j", j=int(job_id))
     assert workers == [(3,)]
 
+    # The cap is the project's max_worker_attempts: raised to 4, d may try.
+    api.call("PATCH", "/api/v1/fleethq/projects/papers", {"max_worker_attempts": 4})
+    _fail_by_each(app, api, [d], job_id)
+    assert sweep(app)["tried_out"] == 1
+    # null: no limit on distinct workers (max_resets still bounds the retries).
+    api.call("PATCH", "/api/v1/fleethq/projects/papers", {"max_worker_attempts": None})
+    sql(app, "UPDATE jobs SET state = 'todo' WHERE id = :j", j=job_id)
+    e = live_node(client, app, name="e")
+    [attempt] = claimed(e.claim("papers"), 1)
+    assert attempt["job_id"] == job_id
+
 
 def test_max_worker_attempts_of_one_fails_the_job_after_one_worker_tried(app, client, api):
     pdf_project(api, "papers", retry_backoff_seconds=0, max_resets=20, max_worker_attempts=1)
@@ -354,24 +365,6 @@ def test_max_worker_attempts_of_one_fails_the_job_after_one_worker_tried(app, cl
     assert claimed(a.claim("papers"), 0) == []
     assert sweep(app)["tried_out"] == 1
     assert job_state(app, job_id) == ("failed", "no_eligible_worker")
-
-
-def test_raising_max_worker_attempts_lets_a_fourth_worker_try(app, client, api):
-    pdf_project(api, "papers", retry_backoff_seconds=0, max_resets=20)
-    enqueue(api, "papers", papers(1))
-    [job_id] = [r[0] for r in sql(app, "SELECT id FROM jobs")]
-    a, b, c, d = (live_node(client, app, name=n) for n in "abcd")
-    _fail_by_each(app, api, [a, b, c], job_id)
-    assert claimed(d.claim("papers"), 0) == []
-    api.call("PATCH", "/api/v1/fleethq/projects/papers", {"max_worker_attempts": 4})
-    _fail_by_each(app, api, [d], job_id)
-    assert sweep(app)["tried_out"] == 1
-    # null: no limit on distinct workers (max_resets still bounds the retries).
-    api.call("PATCH", "/api/v1/fleethq/projects/papers", {"max_worker_attempts": None})
-    sql(app, "UPDATE jobs SET state = 'todo' WHERE id = :j", j=job_id)
-    e = live_node(client, app, name="e")
-    [attempt] = claimed(e.claim("papers"), 1)
-    assert attempt["job_id"] == job_id
 
 
 def test_max_worker_attempts_applies_to_generic_projects_when_set(app, client, api):

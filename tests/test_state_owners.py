@@ -21,6 +21,7 @@ import pytest
 from app.projects import states
 from tests.fleet_helpers import Node, decide, papers, pdf_project
 from tests.helpers import Api, body, sql, values
+from tests.test_task_deadline import sweep
 from tests.test_uploads import archive, dirs, files, hints  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,15 +139,6 @@ def moves(app):
                           "DROP TRIGGER record_attempt_moves ON attempts",
                           "DROP FUNCTION record_state_move()", "DROP TABLE state_moves"):
             sql(app, statement)
-
-
-def sweep(app) -> dict:
-    from app.extensions import db
-    from app.projects import leasing
-    with app.app_context():
-        out = leasing.sweep()
-        db.session.remove()
-    return out
 
 
 def age_lease(app, job_id) -> None:
