@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from tests.fleet_helpers import Node, decide, papers, pdf_project
-from tests.helpers import Api, body, sql
+from tests.helpers import Api, api_error, body, sql
 
 
 # ------------------------------------------------------------------ helpers
@@ -365,6 +365,17 @@ def test_max_worker_attempts_of_one_fails_the_job_after_one_worker_tried(app, cl
     assert claimed(a.claim("papers"), 0) == []
     assert sweep(app)["tried_out"] == 1
     assert job_state(app, job_id) == ("failed", "no_eligible_worker")
+
+    # A requeue would be failed again by the next sweep: refused, saying why.
+    requeue = f"/api/v1/admin/projects/papers/jobs/{job_id}/requeue"
+    err = api_error(api.call("POST", requeue), 400, "invalid_request")
+    assert err["details"]["field"] == "max_worker_attempts" and "raise it" in err["message"]
+    assert job_state(app, job_id)[0] == "failed"
+    api.call("PATCH", "/api/v1/fleethq/projects/papers", {"max_worker_attempts": 2})
+    assert api.call("POST", requeue).status_code == 204
+    assert b.heartbeat().status_code == 200
+    [retry] = claimed(b.claim("papers"), 1)
+    assert retry["job_id"] == job_id
 
 
 def test_max_worker_attempts_applies_to_generic_projects_when_set(app, client, api):

@@ -124,9 +124,8 @@ _WORKER_ALLOWED = """CASE WHEN CAST(:o AS text) IS NULL
 # DESIGN §12: a job is tried by at most ``max_worker_attempts`` distinct
 # workers (pdf default 3); counting distinct workers only once the job has
 # had that many attempts keeps first claims cheap.
-_WORKER_CAP = """AND (attempts_count < :max_workers
-      OR (SELECT count(DISTINCT (a.worker_id, a.worker_owner)) FROM attempts a
-          WHERE a.job_id = jobs.id) < :max_workers)"""
+_WORKER_CAP = f"""AND (attempts_count < :max_workers
+      OR {states.distinct_workers('jobs.id')} < :max_workers)"""
 
 
 def _claim_sql(order: str, accept_types: tuple[str, ...], prefer_new_worker: bool = False,
@@ -499,13 +498,12 @@ def reap_expired(project_id: str | None = None, *, limit: int = 1000) -> int:
     return sum(r[2] for r in rows)
 
 
-_FAIL_TRIED_OUT_SQL = """
+_FAIL_TRIED_OUT_SQL = f"""
 WITH tried_out AS (
     SELECT j.id FROM jobs j JOIN projects p ON p.id = j.project_id
     WHERE p.max_worker_attempts IS NOT NULL AND j.state = 'todo'
       AND j.attempts_count >= p.max_worker_attempts
-      AND (SELECT count(DISTINCT (a.worker_id, a.worker_owner)) FROM attempts a
-           WHERE a.job_id = j.id) >= p.max_worker_attempts
+      AND {states.distinct_workers('j.id')} >= p.max_worker_attempts
     LIMIT :limit FOR UPDATE OF j SKIP LOCKED
 )
 UPDATE jobs j SET state = 'failed', updated_at = now(),

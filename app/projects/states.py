@@ -87,6 +87,12 @@ def retry_set(max_resets: str, backoff_base: str) -> str:
             f"not_before = now() + {backoff(backoff_base, 'j.resets')}, lease_expires_at = NULL")
 
 
+def distinct_workers(job_id: str) -> str:
+    """How many distinct workers have tried the job (``max_worker_attempts``)."""
+    return ("(SELECT count(DISTINCT (a.worker_id, a.worker_owner)) FROM attempts a "
+            f"WHERE a.job_id = {job_id})")
+
+
 def first_claim_deadline(task_timeout: str) -> str:
     """The task deadline a claim gives a job: the one its first claim set, or
     ``task_timeout`` from now (NULL without a timeout). Waiting in the queue
