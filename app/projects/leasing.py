@@ -477,9 +477,11 @@ SELECT project_id, state, count(*) FROM upd GROUP BY project_id, state
 
 # Only a job that was claimed has a task deadline (it starts at the first
 # claim): this fails retries waiting past it, never a job still in its backlog.
+# ``attempts_count > 0`` lets both sweeps read ix_jobs_todo_retries, whose
+# size does not grow with the backlog.
 _FAIL_OVERDUE_SQL = f"""
 WITH overdue AS (
-    SELECT id FROM jobs WHERE state = 'todo' AND deadline_at <= now()
+    SELECT id FROM jobs WHERE state = 'todo' AND attempts_count > 0 AND deadline_at <= now()
     LIMIT :limit FOR UPDATE SKIP LOCKED
 )
 UPDATE jobs j SET state = 'failed', updated_at = now(), last_error = {states.TIMEOUT_ERROR}
@@ -501,7 +503,7 @@ def reap_expired(project_id: str | None = None, *, limit: int = 1000) -> int:
 _FAIL_TRIED_OUT_SQL = f"""
 WITH tried_out AS (
     SELECT j.id FROM jobs j JOIN projects p ON p.id = j.project_id
-    WHERE p.max_worker_attempts IS NOT NULL AND j.state = 'todo'
+    WHERE p.max_worker_attempts IS NOT NULL AND j.state = 'todo' AND j.attempts_count > 0
       AND j.attempts_count >= p.max_worker_attempts
       AND {states.distinct_workers('j.id')} >= p.max_worker_attempts
     LIMIT :limit FOR UPDATE OF j SKIP LOCKED

@@ -15,6 +15,11 @@ no index contains, so rows are rewritten in place where their page has room
 it takes a while: claims skip the rows it has locked (SKIP LOCKED) until it
 commits, reads are not blocked, and the counter trigger sees no state change.
 
+``ix_jobs_todo_retries`` indexes the waiting jobs that were claimed before,
+so the periodic sweep (passed task deadlines, jobs tried out by their
+workers) no longer reads the whole backlog every five seconds. It is built
+CONCURRENTLY, after the UPDATE has committed, so claims go on meanwhile.
+
 ``projects.max_worker_attempts`` (null: no limit) replaces the constant of
 three distinct workers per pdf job; a nullable column without a default is a
 catalog-only change. Existing pdf projects get 3, the old constant.
@@ -34,9 +39,15 @@ def upgrade():
     op.execute("UPDATE projects SET max_worker_attempts = 3 WHERE kind = 'pdf'")
     op.execute("UPDATE jobs SET deadline_at = NULL "
                "WHERE state = 'todo' AND attempts_count = 0 AND deadline_at IS NOT NULL")
+    with op.get_context().autocommit_block():
+        op.create_index('ix_jobs_todo_retries', 'jobs', ['deadline_at'], unique=False,
+                        postgresql_concurrently=True,
+                        postgresql_where=sa.text("state = 'todo' AND attempts_count > 0"))
 
 
 def downgrade():
+    with op.get_context().autocommit_block():
+        op.drop_index('ix_jobs_todo_retries', table_name='jobs', postgresql_concurrently=True)
     # Waiting jobs get back the deadline the old rule gave them at enqueue.
     op.execute("""
         UPDATE jobs j SET deadline_at = j.created_at + make_interval(secs => p.task_timeout_seconds)
