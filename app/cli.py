@@ -124,8 +124,13 @@ def _policy_options(fn):
     from app.projects.policy import RULES
     for name in reversed(list(RULES)):
         fn = click.option(f"--{name.replace('_', '-')}", name, default=None,
-                          help=_POLICY_HELP.get(name, "JSON value (null clears)"))(fn)
+                          help=_POLICY_HELP.get(name) or _json_help(name))(fn)
     return fn
+
+
+def _json_help(name: str) -> str:
+    from app.projects.policy import HELP
+    return "JSON value (null clears)" + (f": {HELP[name]}" if name in HELP else "")
 
 
 _POLICY_HELP = {

@@ -154,6 +154,7 @@ def test_put_requires_the_contract_fields(api, field):
 
 @pytest.mark.parametrize("field, value", [
     ("kind", "generic"), ("max_in_flight", 3), ("retry_backoff_seconds", 0), ("id", "p"),
+    ("max_worker_attempts", 3),
     ("policy_version", 1), ("job_counts", {}), ("nonsense", None)])
 def test_put_refuses_fields_outside_the_contract(api, field, value):
     err = _error(_put(api, "p", **{field: value}), 400, "invalid_request")
@@ -214,14 +215,15 @@ def test_identity_mode_cannot_change(api):
 
 def test_put_keeps_the_kind_and_fleethq_fields_of_an_existing_project(api):
     api.put_project("papers", kind="pdf", max_in_flight=16, max_worker_in_flight=4,
-                    retry_backoff_seconds=5, task_timeout_seconds=1200)
+                    retry_backoff_seconds=5, task_timeout_seconds=1200, max_worker_attempts=7)
     before = _ok(api.call("GET", f"{FLEETHQ}/papers"))
     _ok(_put(api, "papers", status="draining", dispatch_qps=2.0, max_jobs_per_claim=8))
     after = _ok(api.call("GET", f"{FLEETHQ}/papers"))
     kept = ("kind", "max_in_flight", "max_worker_in_flight", "retry_backoff_seconds",
             "prefer_new_worker", "task_timeout_seconds", "attempt_timeout_seconds",
-            "upload_timeout_seconds")
+            "upload_timeout_seconds", "max_worker_attempts")
     assert {k: after[k] for k in kept} == {k: before[k] for k in kept}
+    assert after["max_worker_attempts"] == 7
     assert after["kind"] == "pdf" and after["max_in_flight"] == 16
     assert (after["status"], after["dispatch_qps"], after["max_jobs_per_claim"]) == (
         "draining", 2.0, 8)

@@ -177,6 +177,9 @@ def test_create_project_then_patch_policy_and_status(pages, api):
                                                   "identity_mode": "unique_value",
                                                   "client_versions": "v1\nv2"})
     assert "created" in message and "Project papers" in page
+    # The policy form explains when the task deadline starts and the worker cap.
+    assert "counted from its first claim, not from enqueue" in page
+    assert 'id="policy-max_worker_attempts" name="max_worker_attempts"' in page
     summary = api.call("GET", "/api/v1/fleethq/projects/papers").json
     assert (summary["kind"], summary["identity_mode"], summary["client_versions"]) == (
         "pdf", "unique_value", ["v1", "v2"])
@@ -189,13 +192,14 @@ def test_create_project_then_patch_policy_and_status(pages, api):
             "retry_backoff_seconds": "60", "max_in_flight": "", "max_worker_in_flight": "3",
             "task_timeout_seconds": "", "attempt_timeout_seconds": "300",
             "upload_timeout_seconds": "90", "prefer_new_worker__shown": "1",
-            "client_versions": "v3"}
+            "client_versions": "v3", "max_worker_attempts": "5"}
     message, _ = pages.act("/admin/projects/papers/policy", form)
     assert "version 2" in message
     after = api.call("GET", "/api/v1/fleethq/projects/papers").json
     assert after["claim_order"] == "random" and after["dispatch_qps"] == 2.5
     assert after["max_in_flight"] is None and after["prefer_new_worker"] is False
     assert after["client_versions"] == ["v3"] and after["max_worker_in_flight"] == 3
+    assert after["max_worker_attempts"] == 5
     # The same form again changes nothing: no version bump.
     message, _ = pages.act("/admin/projects/papers/policy", form)
     assert "version 2" in message
@@ -207,6 +211,9 @@ def test_create_project_then_patch_policy_and_status(pages, api):
     assert "max_jobs_per_claim" in message
     message, _ = pages.act("/admin/projects/papers/policy", {**form, "dispatch_qps": "nan"}, expect="error")
     assert "dispatch_qps" in message
+    message, _ = pages.act("/admin/projects/papers/policy", {**form, "max_worker_attempts": "21"},
+                           expect="error")
+    assert "max_worker_attempts must be an integer 1..20 or null" in message
 
     message, page = pages.act("/admin/projects/papers/status", {"status": "draining"})
     assert "is now draining" in message and 'badge-draining' in page

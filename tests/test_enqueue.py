@@ -699,9 +699,9 @@ def test_requeued_job_that_missed_its_deadline_can_run_again(api, app):
     api.put_project("p", task_timeout_seconds=60)
     _enqueued(api.enqueue("p", values(1)), 1, 1, "p")
     job_id = _all_jobs(api, "p")[0]["job_id"]
-    with app.app_context():  # let the 60 s task deadline pass
-        db.session.execute(db.text("UPDATE jobs SET deadline_at = now() - interval '1 second' "
-                                   "WHERE id = :id"), {"id": int(job_id)})
+    with app.app_context():  # a retry whose 60 s task deadline (from its first claim) passed
+        db.session.execute(db.text("UPDATE jobs SET deadline_at = now() - interval '1 second', "
+                                   "attempts_count = 1 WHERE id = :id"), {"id": int(job_id)})
         db.session.commit()
         assert leasing.sweep()["overdue"] == 1
         db.session.remove()

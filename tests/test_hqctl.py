@@ -392,6 +392,10 @@ def test_project_set_changes_only_the_given_fields(hq):
     assert summary["client_versions"] == ["v1", "v2", "v3"] and summary["prefer_new_worker"] is True
     summary = json.loads(hq("project", "set", project, "--dispatch-qps", "null")[1])
     assert summary["dispatch_qps"] is None
+    summary = json.loads(hq("project", "set", project, "--max-worker-attempts", "4")[1])
+    assert summary["max_worker_attempts"] == 4
+    code, _, err = hq("project", "set", project, "--max-worker-attempts", "21")
+    assert code == 1 and err.startswith("invalid_request: ") and "max_worker_attempts" in err
     assert hq("project", "set", project)[0] == 2  # nothing to change
     code, _, err = hq("project", "set", project, "--max-resets", "-1")
     assert code == 1 and err.startswith("invalid_request: ")

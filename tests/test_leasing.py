@@ -572,11 +572,14 @@ def test_extend_of_an_expired_lease_is_rejected_and_never_revives_it(api, app):
 # ---------------------------------------------------------------- deadlines
 
 def test_sweep_fails_a_queued_job_whose_task_deadline_passed(api, app):
+    """A job back in the queue after an attempt (only a claim gives a job its
+    task deadline) fails once that deadline has passed."""
     api.put_project("p", task_timeout_seconds=60)
     api.enqueue("p", values(2))
     jobs = body(api.call("GET", "/api/v1/fleethq/projects/p/jobs"))["jobs"]
     late, fine = jobs[0]["job_id"], jobs[1]["job_id"]
-    sql(app, "UPDATE jobs SET deadline_at = now() - interval '1 second' WHERE id = :id", id=late)
+    sql(app, "UPDATE jobs SET deadline_at = now() - interval '1 second', attempts_count = 1 "
+             "WHERE id = :id", id=late)
 
     assert sweep(app)["overdue"] == 1
     info = detail(api, "p", late)
@@ -607,8 +610,9 @@ def test_a_requeued_job_whose_task_deadline_passed_is_claimable_again(api, app):
     api.put_project("p", task_timeout_seconds=60)
     api.enqueue("p", values(1))
     [job] = body(api.call("GET", "/api/v1/fleethq/projects/p/jobs"))["jobs"]
-    sql(app, "UPDATE jobs SET deadline_at = now() - interval '1 second' WHERE id = :id",
-        id=int(job["job_id"]))
+    # A retry whose deadline (started by its first claim) has passed.
+    sql(app, "UPDATE jobs SET deadline_at = now() - interval '1 second', attempts_count = 1 "
+             "WHERE id = :id", id=int(job["job_id"]))
     sweep(app)
     assert detail(api, "p", job["job_id"])["state"] == "failed"
 

@@ -375,3 +375,13 @@ def test_hand_picked_invalid_bodies_are_refused_by_both(client, admin_token, met
                     if re.fullmatch(re.sub(r"{[^}]+}", "[^/]+", p), path) and method.lower() in ops)
     schema = _request_schema(doc_path, method)
     assert not _validator(schema).is_valid(payload) or _broken_rule(schema, payload), payload
+
+
+def test_policy_help_is_published_and_max_worker_attempts_stays_off_the_contract():
+    schemas = DOC["components"]["schemas"]
+    fleethq = schemas["FleetHQProjectPolicy"]["properties"]
+    assert (fleethq["max_worker_attempts"]["minimum"], fleethq["max_worker_attempts"]["maximum"]) == (1, 20)
+    assert "counted from its first claim" in fleethq["task_timeout_seconds"]["description"]
+    assert "max_worker_attempts" in schemas["FleetHQProject"]["properties"]
+    for contract in ("AdminProjectRequest", "AdminProjectSummary", "ProjectPolicy"):
+        assert "max_worker_attempts" not in schemas[contract]["properties"], contract

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from tests.fleet_helpers import Node, decide, papers, pdf_project
-from tests.helpers import Api, body, sql
+from tests.helpers import Api, api_error, body, sql
 
 
 # ------------------------------------------------------------------ helpers
@@ -152,9 +152,8 @@ def test_enqueue_takes_dois_arxiv_ids_and_http_urls(app, api):
         {"value": "hep-th/9901001"}, {"value": "https://example.org/paper.pdf"},
         {"value": "http://example.org/landing?id=1"}])
     assert out["submitted"] == 6 and out["inserted"] == 6
-    # Every job carries the pdf task deadline (DESIGN §12: 15 min).
-    spans = sql(app, "SELECT extract(epoch FROM deadline_at - created_at) FROM jobs")
-    assert all(abs(float(s) - 900) < 5 for (s,) in spans), spans
+    # No task deadline yet: it starts at the first claim (DESIGN §12: 15 min from then).
+    assert sql(app, "SELECT count(*) FROM jobs WHERE deadline_at IS NULL") == [(6,)]
 
 
 # -------------------------------------------------------------------- caps
@@ -341,6 +340,57 @@ def test_a_fourth_distinct_worker_never_gets_the_job(app, client, api):
     workers = sql(app, "SELECT count(DISTINCT worker_id) FROM attempts WHERE job_id = :j", j=int(job_id))
     assert workers == [(3,)]
 
+    # The cap is the project's max_worker_attempts: raised to 4, d may try.
+    api.call("PATCH", "/api/v1/fleethq/projects/papers", {"max_worker_attempts": 4})
+    _fail_by_each(app, api, [d], job_id)
+    assert sweep(app)["tried_out"] == 1
+    # null: no limit on distinct workers (max_resets still bounds the retries).
+    api.call("PATCH", "/api/v1/fleethq/projects/papers", {"max_worker_attempts": None})
+    sql(app, "UPDATE jobs SET state = 'todo' WHERE id = :j", j=job_id)
+    e = live_node(client, app, name="e")
+    [attempt] = claimed(e.claim("papers"), 1)
+    assert attempt["job_id"] == job_id
+
+
+def test_max_worker_attempts_of_one_fails_the_job_after_one_worker_tried(app, client, api):
+    pdf_project(api, "papers", retry_backoff_seconds=0, max_resets=20, max_worker_attempts=1)
+    enqueue(api, "papers", papers(1))
+    [job_id] = [r[0] for r in sql(app, "SELECT id FROM jobs")]
+    a, b = live_node(client, app, name="a"), live_node(client, app, name="b")
+    _fail_by_each(app, api, [a], job_id)
+    assert claimed(b.claim("papers"), 0) == []
+    # With no other worker fresh, the lone worker may not retry either: the
+    # cap counts the worker that tried.
+    age_heartbeat(app, b)
+    assert claimed(a.claim("papers"), 0) == []
+    assert sweep(app)["tried_out"] == 1
+    assert job_state(app, job_id) == ("failed", "no_eligible_worker")
+
+    # A requeue would be failed again by the next sweep: refused, saying why.
+    requeue = f"/api/v1/admin/projects/papers/jobs/{job_id}/requeue"
+    err = api_error(api.call("POST", requeue), 400, "invalid_request")
+    assert err["details"]["field"] == "max_worker_attempts" and "raise it" in err["message"]
+    assert job_state(app, job_id)[0] == "failed"
+    api.call("PATCH", "/api/v1/fleethq/projects/papers", {"max_worker_attempts": 2})
+    assert api.call("POST", requeue).status_code == 204
+    assert b.heartbeat().status_code == 200
+    [retry] = claimed(b.claim("papers"), 1)
+    assert retry["job_id"] == job_id
+
+
+def test_max_worker_attempts_applies_to_generic_projects_when_set(app, client, api):
+    api.put_project("gen", max_worker_attempts=2, max_resets=20)
+    api.enqueue("gen", [{"id": "a", "value": "anything"}])
+    a, b, c = (Node(client, app, name=n) for n in "abc")
+    for node in (a, b):
+        [job] = claimed(node.claim("gen"), 1)
+        assert item_results(node.fail("gen", job, retryable=True))[0]["job_status"] == "todo"
+    assert claimed(c.claim("gen"), 0) == []
+    assert claimed(a.claim("gen"), 0) == []
+    assert sweep(app)["tried_out"] == 1
+    assert sql(app, "SELECT state, last_error ->> 'code' FROM jobs") == [
+        ("failed", "no_eligible_worker")]
+
 
 # --------------------------------------------------- completion and deadlines
 
@@ -384,9 +434,13 @@ def test_attempt_timeout_bounds_claim_extend_and_heartbeat(app, client, api):
 def test_task_timeout_bounds_every_lease(app, client, api):
     pdf_project(api, "papers", task_timeout_seconds=60, attempt_timeout_seconds=360)
     enqueue(api, "papers", papers(1))
-    [(job_deadline,)] = sql(app, "SELECT floor(extract(epoch FROM deadline_at)) FROM jobs")
     node = live_node(client, app)
     [job] = claimed(node.claim("papers", lease_seconds=3600), 1)
+    # The first claim starts the task deadline: 60 s from the attempt's creation.
+    [(job_deadline, span)] = sql(app, "SELECT floor(extract(epoch FROM j.deadline_at)), "
+                                      "extract(epoch FROM j.deadline_at - a.created_at) "
+                                      "FROM jobs j JOIN attempts a ON a.id = j.current_attempt_id")
+    assert float(span) == 60
     assert job["lease_expires_at"] == job_deadline
     [ext] = item_results(extend(node, "papers", [job], 3600))
     assert ext["lease_expires_at"] == job_deadline

@@ -15,8 +15,8 @@ ZERO = {"todo": 0, "wip": 0, "staged": 0, "done": 0, "failed": 0, "reset_exhaust
 POLICY_KEYS = {"kind", "status", "identity_mode", "claim_order", "dispatch_qps", "worker_claim_qps",
                "max_jobs_per_claim", "max_resets", "recommended_lease_seconds",
                "retry_backoff_seconds", "client_versions", "max_in_flight", "max_worker_in_flight",
-               "prefer_new_worker", "task_timeout_seconds", "attempt_timeout_seconds",
-               "upload_timeout_seconds"}
+               "prefer_new_worker", "max_worker_attempts", "task_timeout_seconds",
+               "attempt_timeout_seconds", "upload_timeout_seconds"}
 SUMMARY_KEYS = POLICY_KEYS | {"id", "policy_version", "job_counts", "created_at", "updated_at"}
 WORKER_POLICY_KEYS = {"project_id", "dispatch_qps", "worker_claim_qps", "max_jobs_per_claim",
                       "recommended_lease_seconds", "policy_version", "refresh_after_ms"}
@@ -26,12 +26,14 @@ GENERIC_DEFAULTS = {
     "kind": "generic", "status": "active", "identity_mode": "external_id", "claim_order": "fifo",
     "dispatch_qps": None, "worker_claim_qps": None, "max_jobs_per_claim": 256, "max_resets": 3,
     "recommended_lease_seconds": 300, "retry_backoff_seconds": 0, "max_in_flight": None,
-    "max_worker_in_flight": None, "prefer_new_worker": False, "task_timeout_seconds": None,
+    "max_worker_in_flight": None, "prefer_new_worker": False, "max_worker_attempts": None,
+    "task_timeout_seconds": None,
     "attempt_timeout_seconds": None, "upload_timeout_seconds": 120,
 }
 PDF_DEFAULTS = {
     **GENERIC_DEFAULTS, "kind": "pdf", "retry_backoff_seconds": 30, "max_in_flight": 6,
-    "max_worker_in_flight": 2, "prefer_new_worker": True, "task_timeout_seconds": 900,
+    "max_worker_in_flight": 2, "prefer_new_worker": True, "max_worker_attempts": 3,
+    "task_timeout_seconds": 900,
     "attempt_timeout_seconds": 360, "upload_timeout_seconds": 120,
 }
 
@@ -165,8 +167,11 @@ def test_full_put_resets_omitted_fields(api):
 
 
 def test_patch_can_clear_nullable_fields(api):
-    api.put_project("p", dispatch_qps=5, max_in_flight=3, task_timeout_seconds=120)
-    cleared = _patch(api, "p", dispatch_qps=None, max_in_flight=None, task_timeout_seconds=None)
+    api.put_project("p", dispatch_qps=5, max_in_flight=3, task_timeout_seconds=120,
+                    max_worker_attempts=4)
+    cleared = _patch(api, "p", dispatch_qps=None, max_in_flight=None, task_timeout_seconds=None,
+                     max_worker_attempts=None)
+    assert cleared["max_worker_attempts"] is None
     assert cleared["dispatch_qps"] is None
     assert cleared["max_in_flight"] is None
     assert cleared["task_timeout_seconds"] is None
@@ -177,7 +182,7 @@ VERSIONED_CHANGES = {
     "max_jobs_per_claim": 10, "max_resets": 5, "recommended_lease_seconds": 120,
     "retry_backoff_seconds": 5, "max_in_flight": 4, "max_worker_in_flight": 2,
     "prefer_new_worker": True, "task_timeout_seconds": 600, "attempt_timeout_seconds": 60,
-    "upload_timeout_seconds": 60,
+    "upload_timeout_seconds": 60, "max_worker_attempts": 5,
 }
 
 
@@ -240,6 +245,8 @@ INVALID_FIELDS = [
     ("client_versions", ["x" * 129]), ("client_versions", ["é" * 65]),
     ("max_in_flight", 0), ("max_worker_in_flight", 0), ("max_worker_in_flight", False),
     ("prefer_new_worker", "yes"), ("prefer_new_worker", 1),
+    ("max_worker_attempts", 0), ("max_worker_attempts", 21), ("max_worker_attempts", "3"),
+    ("max_worker_attempts", 2.5), ("max_worker_attempts", True),
     ("claim_order", "lifo"), ("status", "paused"), ("status", None),
     ("kind", "html"), ("identity_mode", "sha"),
     ("nonsense", 1), ("job_counts", {}),
@@ -277,7 +284,8 @@ VALID_EDGES = [
     ("retry_backoff_seconds", 0), ("retry_backoff_seconds", 86400), ("dispatch_qps", 0.001),
     ("dispatch_qps", 1e300), ("task_timeout_seconds", 60), ("attempt_timeout_seconds", 15),
     ("upload_timeout_seconds", 10), ("upload_timeout_seconds", 600), ("max_in_flight", 1),
-    ("max_worker_in_flight", 1), ("client_versions", [f"v{i}" for i in range(64)]),
+    ("max_worker_in_flight", 1), ("max_worker_attempts", 1), ("max_worker_attempts", 20),
+    ("client_versions", [f"v{i}" for i in range(64)]),
     ("client_versions", []), ("client_versions", ["x" * 128]), ("client_versions", ["é" * 64]),
     ("client_versions", ["v 1"]),
 ]

@@ -140,18 +140,29 @@ def test_reap_leases_function_requeues_an_expired_lease(app, ctx, two_claimed):
     assert jobs[0]["job_id"] in {j["job_id"] for j in reclaimed}
 
 
-def test_reap_leases_function_fails_jobs_past_their_deadline(app, ctx, client, admin_token):
+def test_reap_leases_function_fails_claimed_jobs_past_their_deadline(app, ctx, client,
+                                                                     admin_token):
+    """The task deadline starts at the first claim: a retry waiting past it
+    fails, a job that was never claimed waits however old it is."""
     from app.extensions import db
     api = Api(client, admin_token)
     project = unique("deadline")
-    api.put_project(project, task_timeout_seconds=600)
+    api.put_project(project, task_timeout_seconds=600, retry_backoff_seconds=3600)
     api.enqueue(project, values(2))
+    [job] = body(api.claim(project, max_jobs=1))["jobs"]
+    assert body(api.fail(project, [job], retryable=True))["results"][0]["job_status"] == "todo"
     db.session.execute(text("UPDATE jobs SET deadline_at = now() - interval '1 second' "
-                            "WHERE project_id = :p AND ext_id = 'v0'"), {"p": project})
+                            "WHERE id = :j"), {"j": job["job_id"]})
+    db.session.execute(text("UPDATE jobs SET created_at = now() - interval '1 day' "
+                            "WHERE project_id = :p"), {"p": project})
     db.session.commit()
     actors.reap_leases.fn()
     assert api.counts(project)["failed"] == 1
     assert api.counts(project)["todo"] == 1
+    failed = db.session.execute(text("SELECT id, last_error ->> 'code' FROM jobs "
+                                     "WHERE project_id = :p AND state = 'failed'"),
+                                {"p": project}).all()
+    assert failed == [(job["job_id"], "timeout")]
 
 
 def test_reap_leases_respects_max_resets(app, ctx, client, admin_token):

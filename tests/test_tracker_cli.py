@@ -142,6 +142,32 @@ def test_put_project_keeps_fleethq_fields_the_tracker_flags_do_not_set(app, ctx)
     assert project.dispatch_qps == 5.0
 
 
+def test_put_project_sets_max_worker_attempts(app, ctx):
+    from app.projects import service
+    result = cli(app, "put-project", "papers", "--kind", "pdf")
+    assert result.exit_code == 0, result.output
+    assert service.view("papers").max_worker_attempts == 3   # the pdf default
+    result = cli(app, "put-project", "papers", "--max-worker-attempts", "5")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["max_worker_attempts"] == 5
+    assert service.view("papers").max_worker_attempts == 5
+
+
+@pytest.mark.parametrize("raw", ["0", "21", '"3"', "x"])
+def test_put_project_refuses_a_bad_max_worker_attempts(app, raw):
+    result = cli(app, "put-project", "papers", "--kind", "pdf", "--max-worker-attempts", raw)
+    assert_refused(result, "invalid_request", "max_worker_attempts")
+    assert db_rows(app, "SELECT id FROM projects") == []
+
+
+def test_put_project_help_explains_the_deadline_and_the_worker_cap(app):
+    result = cli(app, "put-project", "--help")
+    assert result.exit_code == 0
+    flat = " ".join(result.output.split())
+    assert "counted from its first claim, not from enqueue" in flat
+    assert "the most distinct workers that may try one job" in flat
+
+
 @pytest.mark.parametrize("raw, stored", [("", None), ("  ", None), ("null", None), ("0.1", 0.1),
                                          ("1000", 1000.0), ("1e300", 1e300)])
 def test_put_project_qps_values(app, raw, stored):

@@ -13,6 +13,7 @@ from app.api import validate as v
 from app.api.jobs import ARTIFACT_RECEIPT, JOB_ID
 from app.projects.jobs_admin import CONTRACT_STATUSES
 from app.projects.models import JOB_STATES
+from app.projects.policy import HELP, MAX_WORKER_ATTEMPTS
 from workers.protocol import (IDENTITY_MODES, INT32_MAX, INT32_MIN, JOB_TYPES, MAX_ATTR_BYTES,
                               MAX_VALUE_BYTES, MAX_VIA_BYTES)
 
@@ -98,7 +99,10 @@ _POLICY = {
     "retry_backoff_seconds": v.int_range(0, 86400), "client_versions": CLIENT_VERSIONS,
     **{name: v.int_range(lo, INT32_MAX, nullable=True) for name, lo in _NULLABLE_MIN.items()},
     "prefer_new_worker": v.boolean, "upload_timeout_seconds": v.int_range(10, 600),
+    "max_worker_attempts": v.int_range(1, MAX_WORKER_ATTEMPTS, nullable=True),
 }
+for _name, _text in HELP.items():
+    _POLICY[_name] = _POLICY[_name].describe(_text)
 POLICY_INPUT = v.named("FleetHQProjectPolicy", {
     name: v.Optional(rule) for name, rule in _POLICY.items()})
 FLEETHQ_PROJECT = v.named("FleetHQProject", {

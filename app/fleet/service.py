@@ -131,8 +131,9 @@ def _transition(label: str, action: str, rules: dict, update_sql: str, params: d
         raise Conflict(f"cannot {action} a {current.status} {label}", code="invalid_transition",
                        details={"status": current.status, "action": action})
     if action == "revoke":
+        from app.projects import leasing
         from app.uploads import transitions
-        transitions.cancel_worker_attempts(*worker)
+        transitions.hold_uploads(leasing.cancel_worker_attempts(*worker))
     db.session.commit()
     return load()
 

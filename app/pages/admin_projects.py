@@ -14,7 +14,7 @@ from app.projects.models import JOB_STATES
 
 PAGE_SIZE = 50
 NULLABLE_INTS = {"max_in_flight", "max_worker_in_flight", "task_timeout_seconds",
-                 "attempt_timeout_seconds"}
+                 "attempt_timeout_seconds", "max_worker_attempts"}
 INTS = {"max_jobs_per_claim", "max_resets", "recommended_lease_seconds", "retry_backoff_seconds",
         "upload_timeout_seconds"} | NULLABLE_INTS
 RATES = {"dispatch_qps", "worker_claim_qps"}
@@ -134,7 +134,8 @@ def project(project_id):
     requeueable = [j["job_id"] for j in page["jobs"] if j["state"] in ("failed", "reset_exhausted")]
     return render_template("admin/project.html", project=summary, page=page, status=status,
                            after=after, states=JOB_STATES, charts=chart, requeueable=requeueable,
-                           editable=EDITABLE, policy_statuses=("active", "draining", "archived"))
+                           editable=EDITABLE, policy_statuses=("active", "draining", "archived"),
+                           policy_help=policy.HELP)
 
 
 @bp.post("/projects/<project_id>/policy")

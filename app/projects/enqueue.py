@@ -33,11 +33,12 @@ _CONFLICT_TARGET = {
     "none": (None, ""),
 }
 
+# No task deadline yet: it starts at the job's first claim (DESIGN §5), so a
+# backlog of any size waits in the queue without expiring.
 _INSERT = """
-INSERT INTO jobs (project_id, ext_id, value_sha256, value, type, via, hops, attr, random_key, deadline_at)
+INSERT INTO jobs (project_id, ext_id, value_sha256, value, type, via, hops, attr, random_key)
 SELECT :p, ext_id, value_sha256, value, type, via, hops, attr,
-       COALESCE(random_key, floor(random() * 4294967296 - 2147483648)::int),
-       now() + make_interval(secs => CAST(:task_timeout AS int))
+       COALESCE(random_key, floor(random() * 4294967296 - 2147483648)::int)
 FROM job_stage ORDER BY seq
 {on_conflict}
 """
@@ -157,8 +158,8 @@ def insert_batch(project: Project, specs: list[dict], *, offset: int = 0) -> Enq
                     spec.get("random_key"),
                 ))
     key, on_conflict = _CONFLICT_TARGET[mode]
-    inserted = db.session.execute(text(_INSERT.format(on_conflict=on_conflict)), {
-        "p": project.id, "task_timeout": project.task_timeout_seconds}).rowcount
+    inserted = db.session.execute(text(_INSERT.format(on_conflict=on_conflict)),
+                                  {"p": project.id}).rowcount
     if inserted < len(kept):
         clash = db.session.execute(text(_FIRST_CONFLICT.format(key=key)), {"p": project.id}).first()
         if clash is not None:

@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 from app.errors import InvalidRequest, NotFound
 from app.extensions import db
-from app.projects import wakeups
+from app.projects import states, wakeups
 from app.projects.models import JOB_STATES, savewebhq_state
 
 CONTRACT_STATUSES = ("todo", "wip", "done", "failed", "reset_exhausted")
@@ -183,26 +183,43 @@ def detail(project_id: str, job_id: int) -> dict:
 
 
 def requeue(project_id: str, job_id: int) -> None:
-    """Put a failed or exhausted job back in the queue with fresh counters and
-    no error (A9). Commits.
+    """Put a failed or exhausted job back in the queue with fresh counters, no
+    error and no task deadline (A9): a fresh start, whose deadline starts again
+    at its next claim. Commits.
 
     Raises:
         NotFound: no such job in this project.
-        InvalidRequest: the job is neither failed nor reset_exhausted.
+        InvalidRequest: the job is neither failed nor reset_exhausted, or it
+            was tried by the project's ``max_worker_attempts`` distinct
+            workers (the sweep would fail it again at once).
     """
     row = db.session.execute(text(
         "UPDATE jobs SET state = 'todo', resets = 0, not_before = now(), updated_at = now(), "
-        "lease_expires_at = NULL, last_error = NULL, deadline_at = now() + make_interval(secs => "
-        "CAST((SELECT task_timeout_seconds FROM projects WHERE id = :p) AS int)) "
-        "WHERE id = :id AND project_id = :p "
-        "AND state IN ('failed', 'reset_exhausted') RETURNING id"),
-        {"id": job_id, "p": project_id}).first()
+        "lease_expires_at = NULL, last_error = NULL, deadline_at = NULL "
+        "WHERE id = :id AND project_id = :p AND state IN ('failed', 'reset_exhausted') "
+        "RETURNING id"), {"id": job_id, "p": project_id}).first()
+    tried = _tried_out(project_id, job_id) if row is not None else None
+    if tried is not None:
+        db.session.rollback()
+        raise InvalidRequest(f"job {job_id} was tried by {tried} distinct workers, the project's "
+                             "max_worker_attempts; raise it to requeue the job",
+                             details={"field": "max_worker_attempts", "distinct_workers": tried})
     if row is None:
         current = _load(project_id, job_id)
         raise InvalidRequest(f"only failed or reset_exhausted jobs can be requeued (job "
                              f"{job_id} is {current.state})", details={"state": current.state})
     wakeups.notify(project_id)
     db.session.commit()
+
+
+def _tried_out(project_id: str, job_id: int) -> int | None:
+    """The number of distinct workers that tried the job, when it reaches the
+    project's ``max_worker_attempts``; else None."""
+    return db.session.execute(text(
+        f"SELECT {states.distinct_workers(':id')} FROM projects p WHERE p.id = :p "
+        f"AND p.max_worker_attempts IS NOT NULL "
+        f"AND {states.distinct_workers(':id')} >= p.max_worker_attempts"),
+        {"id": job_id, "p": project_id}).scalar()
 
 
 def delete(project_id: str, job_id: int) -> None:

@@ -1,5 +1,6 @@
-"""Claim, complete, fail, extend and expire: the only writer of job and
-attempt states in generic projects.
+"""Claim, complete, fail, extend and expire, the sweep, and cancelling a
+revoked worker's attempts: the owner of job and attempt states outside uploads
+(the transitions are declared in ``app.projects.states``).
 
 Every transition is one guarded statement whose row count is the answer
 (DESIGN §4.1): a job moves only while it points at the caller's attempt,
@@ -17,17 +18,8 @@ from sqlalchemy import text
 
 from app.errors import Conflict, RateLimited
 from app.extensions import db
-from app.projects import ratelimit, wakeups
+from app.projects import ratelimit, states, wakeups
 from app.projects.models import Project, savewebhq_state
-
-# Exponential backoff with "equal jitter" (50..100 % of the step), capped at 1 h.
-_BACKOFF = ("make_interval(secs => LEAST(3600.0, {base} * power(2.0, LEAST({resets}, 20))) "
-            "* (0.5 + random() * 0.5))")
-
-_RETRY_STATE = """CASE
-    WHEN j.deadline_at IS NOT NULL AND j.deadline_at <= now() THEN 'failed'
-    WHEN j.resets >= {max_resets} THEN 'reset_exhausted'
-    ELSE 'todo' END"""
 
 
 @dataclass(frozen=True)
@@ -74,7 +66,7 @@ class ItemResult:
 
 _CLAIM_SQL = """
 WITH {fresh_cte} picked AS (
-    SELECT id, deadline_at FROM jobs
+    SELECT id, {deadline} AS deadline_at FROM jobs
     WHERE project_id = :p AND state = 'todo' AND not_before <= now()
       AND (deadline_at IS NULL OR deadline_at > now()) {type_filter} {prefer_filter} {pdf_filter}
       AND {worker_allowed}
@@ -91,7 +83,8 @@ WITH {fresh_cte} picked AS (
     RETURNING id, job_id, lease_expires_at
 )
 UPDATE jobs j SET state = 'wip', current_attempt_id = att.id, worker_id = :w, worker_owner = :o,
-    lease_expires_at = att.lease_expires_at, attempts_count = j.attempts_count + 1, updated_at = now()
+    lease_expires_at = att.lease_expires_at, attempts_count = j.attempts_count + 1, updated_at = now(),
+    deadline_at = {deadline}
 FROM att WHERE j.id = att.job_id
 RETURNING j.id, j.ext_id, j.value, j.type, j.via, j.hops, j.attr, att.id,
           floor(extract(epoch FROM att.lease_expires_at))::bigint, j.created_at, j.random_key
@@ -128,21 +121,22 @@ _WORKER_ALLOWED = """CASE WHEN CAST(:o AS text) IS NULL
         ELSE NOT EXISTS (SELECT 1 FROM token_workers
                          WHERE user_id = :o AND worker_id = :w AND status <> 'active') END"""
 
-# DESIGN §12: a pdf job is tried by at most this many distinct workers.
-PDF_DISTINCT_WORKERS = 3
-_PDF_DISTINCT = f"""AND (attempts_count < {PDF_DISTINCT_WORKERS}
-      OR (SELECT count(DISTINCT (a.worker_id, a.worker_owner)) FROM attempts a
-          WHERE a.job_id = jobs.id) < {PDF_DISTINCT_WORKERS})"""
+# DESIGN §12: a job is tried by at most ``max_worker_attempts`` distinct
+# workers (pdf default 3); counting distinct workers only once the job has
+# had that many attempts keeps first claims cheap.
+_WORKER_CAP = f"""AND (attempts_count < :max_workers
+      OR {states.distinct_workers('jobs.id')} < :max_workers)"""
 
 
 def _claim_sql(order: str, accept_types: tuple[str, ...], prefer_new_worker: bool = False,
-               pdf: bool = False) -> str:
+               worker_cap: bool = False) -> str:
     type_filter = "" if set(accept_types) >= {"seed", "asset"} else "AND type = ANY(:types)"
     return _CLAIM_SQL.format(order=_ORDERS[order], type_filter=type_filter,
                              fresh_cte=_FRESH_WORKERS if prefer_new_worker else "",
                              prefer_filter=_PREFER_NEW if prefer_new_worker else "",
-                             pdf_filter=_PDF_DISTINCT if pdf else "",
-                             worker_allowed=_WORKER_ALLOWED)
+                             pdf_filter=_WORKER_CAP if worker_cap else "",
+                             worker_allowed=_WORKER_ALLOWED,
+                             deadline=states.first_claim_deadline(":task_timeout"))
 
 
 def _wire_job(row) -> dict:
@@ -235,9 +229,10 @@ def claim(project: Project, worker: Worker, *, max_jobs: int, lease_seconds: int
                                   details={"dispatch_qps": project.dispatch_qps})
             return ClaimResult([], IDLE_RETRY_MS, project.policy_version)
     sql = text(_claim_sql(project.claim_order, accept_types, project.prefer_new_worker,
-                          project.kind == "pdf"))
+                          project.max_worker_attempts is not None))
     params = {"p": project.id, "w": worker.worker_id, "o": worker.owner, "n": want,
               "lease": float(lease_seconds), "attempt_timeout": project.attempt_timeout_seconds,
+              "task_timeout": project.task_timeout_seconds, "max_workers": project.max_worker_attempts,
               "types": list(accept_types), "fresh_s": float(fresh_after_s)}
     rows = db.session.execute(sql, params).all()
     if len(rows) < want and reap_limit and not gated and reap_expired(project.id, limit=reap_limit):
@@ -308,10 +303,10 @@ WITH i AS (
         AS t(job_id, attempt_ref, retryable, payload)
 ), upd AS (
     UPDATE jobs j SET
-        state = CASE WHEN NOT i.retryable THEN 'failed' ELSE {_RETRY_STATE.format(max_resets=':max_resets')} END,
+        state = CASE WHEN NOT i.retryable THEN 'failed' ELSE {states.retry_state(':max_resets')} END,
         resets = j.resets + CASE WHEN i.retryable THEN 1 ELSE 0 END,
         not_before = CASE WHEN i.retryable
-            THEN now() + {_BACKOFF.format(base=':backoff', resets='j.resets')} ELSE j.not_before END,
+            THEN now() + {states.backoff(':backoff', 'j.resets')} ELSE j.not_before END,
         lease_expires_at = NULL, last_error = i.payload -> 'error', updated_at = now()
     FROM i WHERE {_GUARD}
     RETURNING j.id, i.attempt_id, i.attempt_ref, i.payload, j.state
@@ -466,11 +461,9 @@ WITH expired AS (
     FOR UPDATE SKIP LOCKED
 ), upd AS (
     UPDATE jobs j SET
-        state = {_RETRY_STATE.format(max_resets='p.max_resets')},
-        resets = j.resets + 1,
-        not_before = now() + {_BACKOFF.format(base='p.retry_backoff_seconds', resets='j.resets')},
-        lease_expires_at = NULL,
-        last_error = jsonb_build_object('code', 'lease_expired', 'message', 'the lease ran out'),
+        {states.retry_set('p.max_resets', 'p.retry_backoff_seconds')},
+        last_error = CASE WHEN {states.DEADLINE_PASSED} THEN {states.TIMEOUT_ERROR}
+            ELSE jsonb_build_object('code', 'lease_expired', 'message', 'the lease ran out') END,
         updated_at = now()
     FROM expired e, projects p
     WHERE j.id = e.id AND p.id = j.project_id
@@ -482,13 +475,16 @@ WITH expired AS (
 SELECT project_id, state, count(*) FROM upd GROUP BY project_id, state
 """
 
-_FAIL_OVERDUE_SQL = """
+# Only a job that was claimed has a task deadline (it starts at the first
+# claim): this fails retries waiting past it, never a job still in its backlog.
+# ``attempts_count > 0`` lets both sweeps read ix_jobs_todo_retries, whose
+# size does not grow with the backlog.
+_FAIL_OVERDUE_SQL = f"""
 WITH overdue AS (
-    SELECT id FROM jobs WHERE state = 'todo' AND deadline_at <= now()
+    SELECT id FROM jobs WHERE state = 'todo' AND attempts_count > 0 AND deadline_at <= now()
     LIMIT :limit FOR UPDATE SKIP LOCKED
 )
-UPDATE jobs j SET state = 'failed', updated_at = now(),
-    last_error = jsonb_build_object('code', 'timeout', 'message', 'task deadline passed')
+UPDATE jobs j SET state = 'failed', updated_at = now(), last_error = {states.TIMEOUT_ERROR}
 FROM overdue WHERE j.id = overdue.id
 """
 
@@ -504,12 +500,12 @@ def reap_expired(project_id: str | None = None, *, limit: int = 1000) -> int:
     return sum(r[2] for r in rows)
 
 
-_FAIL_TRIED_OUT_SQL = """
+_FAIL_TRIED_OUT_SQL = f"""
 WITH tried_out AS (
     SELECT j.id FROM jobs j JOIN projects p ON p.id = j.project_id
-    WHERE p.kind = 'pdf' AND j.state = 'todo' AND j.attempts_count >= :n
-      AND (SELECT count(DISTINCT (a.worker_id, a.worker_owner)) FROM attempts a
-           WHERE a.job_id = j.id) >= :n
+    WHERE p.max_worker_attempts IS NOT NULL AND j.state = 'todo' AND j.attempts_count > 0
+      AND j.attempts_count >= p.max_worker_attempts
+      AND {states.distinct_workers('j.id')} >= p.max_worker_attempts
     LIMIT :limit FOR UPDATE OF j SKIP LOCKED
 )
 UPDATE jobs j SET state = 'failed', updated_at = now(),
@@ -523,10 +519,47 @@ def sweep(limit: int = 5000) -> dict:
     """The periodic actor's pass over every project. Commits."""
     expired = reap_expired(None, limit=limit)
     overdue = db.session.execute(text(_FAIL_OVERDUE_SQL), {"limit": limit}).rowcount
-    tried_out = db.session.execute(text(_FAIL_TRIED_OUT_SQL),
-                                   {"limit": limit, "n": PDF_DISTINCT_WORKERS}).rowcount
+    tried_out = db.session.execute(text(_FAIL_TRIED_OUT_SQL), {"limit": limit}).rowcount
     db.session.commit()
     return {"expired": expired, "overdue": overdue, "tried_out": tried_out}
+
+
+# -------------------------------------------------------------- revocation
+
+_CANCEL_SQL = """
+WITH target AS (
+    SELECT id, current_attempt_id FROM jobs
+    WHERE state = 'wip' AND worker_id = :w AND worker_owner IS NOT DISTINCT FROM :o
+    FOR UPDATE
+), att AS (
+    UPDATE attempts a SET state = 'cancelled', finished_at = now()
+    FROM target WHERE a.id = target.current_attempt_id AND a.state IN ('running', 'uploading')
+    RETURNING a.id, a.job_id
+)
+UPDATE jobs j SET state = 'todo', lease_expires_at = NULL, not_before = now(), updated_at = now(),
+    last_error = jsonb_build_object('code', 'cancelled', 'message', 'worker revoked')
+FROM att WHERE j.id = att.job_id AND j.current_attempt_id = att.id AND j.state = 'wip'
+RETURNING j.project_id, att.id
+"""
+
+
+def cancel_worker_attempts(worker_id: str, owner: str | None) -> list[int]:
+    """Revocation: the worker's running and uploading attempts are cancelled
+    and their jobs go back to the queue at once, costing no reset (the job did
+    nothing wrong); staged uploads still finish. The caller holds the
+    cancelled attempts' uploads (``transitions.hold_uploads``) and commits.
+
+    Driven from the jobs (locked first, then their attempts) — the lock order
+    of claims, outcomes and the reaper, so a revoke racing them cannot
+    deadlock.
+
+    Returns:
+        The ids of the cancelled attempts.
+    """
+    rows = db.session.execute(text(_CANCEL_SQL), {"w": worker_id, "o": owner}).all()
+    for project_id in {r[0] for r in rows}:
+        wakeups.notify(project_id)
+    return [r[1] for r in rows]
 
 
 # ---------------------------------------------------------------- heartbeat

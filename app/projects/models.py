@@ -53,6 +53,7 @@ class Project(db.Model):
     max_in_flight = mapped_column(Integer)
     max_worker_in_flight = mapped_column(Integer)
     prefer_new_worker: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    max_worker_attempts = mapped_column(Integer)
     task_timeout_seconds = mapped_column(Integer)
     attempt_timeout_seconds = mapped_column(Integer)
     upload_timeout_seconds: Mapped[int] = mapped_column(Integer, nullable=False)
@@ -89,6 +90,10 @@ class Job(db.Model):
               postgresql_where=text("state = 'wip'")),
         Index("ix_jobs_live_worker", "project_id", "worker_id",
               postgresql_where=text("state IN ('wip', 'staged')")),
+        # Waiting jobs that were claimed before: what the sweep looks at (a
+        # passed task deadline, a job tried out), never the untried backlog.
+        Index("ix_jobs_todo_retries", "deadline_at",
+              postgresql_where=text("state = 'todo' AND attempts_count > 0")),
         Index("uq_jobs_external_id", "project_id", "ext_id", unique=True,
               postgresql_where=text("ext_id IS NOT NULL")),
         Index("uq_jobs_value_sha256", "project_id", "value_sha256", unique=True,

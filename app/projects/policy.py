@@ -14,15 +14,30 @@ from workers.protocol import IDENTITY_MODES, is_identifier, is_int
 VERSIONED_FIELDS = frozenset({
     "dispatch_qps", "worker_claim_qps", "max_jobs_per_claim", "max_resets",
     "recommended_lease_seconds", "client_versions", "retry_backoff_seconds", "max_in_flight",
-    "max_worker_in_flight", "prefer_new_worker", "task_timeout_seconds",
+    "max_worker_in_flight", "prefer_new_worker", "max_worker_attempts", "task_timeout_seconds",
     "attempt_timeout_seconds", "upload_timeout_seconds",
 })
+# The most distinct workers a project may let try one job.
+MAX_WORKER_ATTEMPTS = 20
 FIXED_FIELDS = frozenset({"kind", "identity_mode"})
 POLICY_FIELDS = ("kind", "status", "identity_mode", "claim_order", "dispatch_qps", "worker_claim_qps",
                  "max_jobs_per_claim", "max_resets", "recommended_lease_seconds",
                  "retry_backoff_seconds", "client_versions", "max_in_flight",
-                 "max_worker_in_flight", "prefer_new_worker", "task_timeout_seconds",
-                 "attempt_timeout_seconds", "upload_timeout_seconds")
+                 "max_worker_in_flight", "prefer_new_worker", "max_worker_attempts",
+                 "task_timeout_seconds", "attempt_timeout_seconds", "upload_timeout_seconds")
+
+
+# What the fields whose range does not say it all mean: the API document,
+# the CLI's --help and the admin project page show these words.
+HELP = {
+    "max_worker_attempts": "the most distinct workers that may try one job (1..20); a job tried "
+                           "by that many fails with no_eligible_worker; null means no limit "
+                           "(pdf default 3)",
+    "task_timeout_seconds": "deadline of the whole job in seconds (null or >= 60), counted from "
+                            "its first claim, not from enqueue: a job waiting in the queue never "
+                            "expires, and its retries keep the deadline the first claim set "
+                            "(pdf default 900)",
+}
 
 
 def defaults(kind: str) -> dict:
@@ -42,6 +57,7 @@ def defaults(kind: str) -> dict:
         "max_in_flight": 6 if pdf else None,
         "max_worker_in_flight": 2 if pdf else None,
         "prefer_new_worker": pdf,
+        "max_worker_attempts": 3 if pdf else None,
         "task_timeout_seconds": 900 if pdf else None,
         "attempt_timeout_seconds": 360 if pdf else None,
         "upload_timeout_seconds": 120,
@@ -116,6 +132,7 @@ RULES = {
     "max_in_flight": _int_range(1, 2**31 - 1, nullable=True),
     "max_worker_in_flight": _int_range(1, 2**31 - 1, nullable=True),
     "prefer_new_worker": _bool,
+    "max_worker_attempts": _int_range(1, MAX_WORKER_ATTEMPTS, nullable=True),
     "task_timeout_seconds": _int_range(60, 2**31 - 1, nullable=True),
     "attempt_timeout_seconds": _int_range(15, 2**31 - 1, nullable=True),
     "upload_timeout_seconds": _int_range(10, 600),

@@ -38,6 +38,7 @@ class ProjectView:
     max_in_flight: int | None
     max_worker_in_flight: int | None
     prefer_new_worker: bool
+    max_worker_attempts: int | None
     task_timeout_seconds: int | None
     attempt_timeout_seconds: int | None
     upload_timeout_seconds: int

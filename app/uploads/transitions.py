@@ -1,4 +1,5 @@
-"""The only writer of upload-related job, attempt and upload states.
+"""The owner of upload-related job, attempt and upload states (the job and
+attempt transitions are declared in ``app.projects.states``).
 
 Admission, staging, rejection, archive completion, cancellation, staged
 expiry, and holding/releasing the files of revoked workers. Transitions of
@@ -17,7 +18,7 @@ from sqlalchemy import text
 
 from app.errors import Conflict, NotFound
 from app.extensions import db
-from app.projects import wakeups
+from app.projects import states, wakeups
 from app.projects.leasing import Worker
 from app.uploads import spool as spool_mod
 
@@ -241,19 +242,14 @@ def reject(attempt_id: int, generation: int, error: dict) -> None:
 def _requeue_after_bad_file(attempt_id: int, attempt_state: str, job_state: str, error: dict) -> None:
     """The attempt's file is bad: the attempt fails retryably and its job goes
     back to the queue with backoff (or fails, out of resets or time)."""
-    moved = db.session.execute(text("""
+    moved = db.session.execute(text(f"""
         WITH att AS (
             UPDATE attempts SET state = 'failed', finished_at = now(),
                 error = jsonb_build_object('retryable', true, 'error', CAST(:e AS jsonb))
             WHERE id = :a AND state = :as RETURNING job_id
         )
-        UPDATE jobs j SET
-            state = CASE WHEN j.deadline_at IS NOT NULL AND j.deadline_at <= now() THEN 'failed'
-                         WHEN j.resets >= p.max_resets THEN 'reset_exhausted' ELSE 'todo' END,
-            resets = j.resets + 1, lease_expires_at = NULL, last_error = CAST(:e AS jsonb),
-            not_before = now() + make_interval(secs => LEAST(3600.0,
-                p.retry_backoff_seconds * power(2.0, LEAST(j.resets, 20))) * (0.5 + random() * 0.5)),
-            updated_at = now()
+        UPDATE jobs j SET {states.retry_set('p.max_resets', 'p.retry_backoff_seconds')},
+            last_error = CAST(:e AS jsonb), updated_at = now()
         FROM att, projects p
         WHERE j.id = att.job_id AND j.current_attempt_id = :a AND j.state = :js AND p.id = j.project_id
         RETURNING j.project_id, j.state"""),
@@ -306,39 +302,18 @@ def complete(attempt_id: int, asset_key: str) -> bool:
     return True
 
 
-def cancel_worker_attempts(worker_id: str, owner: str | None) -> int:
-    """Revocation: running and uploading attempts of the worker are cancelled
-    and their jobs go back to the queue; staged uploads still finish. Uploads
-    still streaming are held: their files are kept, with their quota, until
-    an admin releases them (DESIGN §8.7). The caller commits.
-
-    Driven from the jobs (locked first, then their attempts) — the same lock
-    order as claims, outcomes and the reaper, so a revoke racing them cannot
-    deadlock.
-    """
-    rows = db.session.execute(text("""
-        WITH target AS (
-            SELECT id, current_attempt_id FROM jobs
-            WHERE state = 'wip' AND worker_id = :w AND worker_owner IS NOT DISTINCT FROM :o
-            FOR UPDATE
-        ), att AS (
-            UPDATE attempts a SET state = 'cancelled', finished_at = now()
-            FROM target WHERE a.id = target.current_attempt_id AND a.state IN ('running', 'uploading')
-            RETURNING a.id, a.job_id
-        )
-        UPDATE jobs j SET state = 'todo', lease_expires_at = NULL, not_before = now(), updated_at = now(),
-            last_error = jsonb_build_object('code', 'cancelled', 'message', 'worker revoked')
-        FROM att WHERE j.id = att.job_id AND j.current_attempt_id = att.id AND j.state = 'wip'
-        RETURNING j.project_id, att.id"""), {"w": worker_id, "o": owner}).all()
-    for project_id, attempt_id in rows:
-        held = db.session.execute(text(
-            "UPDATE uploads SET state = 'held', held_at = now(), updated_at = now(), "
-            "error = jsonb_build_object('code', 'cancelled', 'message', 'worker revoked') "
-            "WHERE attempt_id = :a AND state = 'uploading' RETURNING 1"), {"a": attempt_id}).first()
-        if held:
-            _notify_receipt(attempt_id)
-        wakeups.notify(project_id)
-    return len(rows)
+def hold_uploads(attempt_ids: list[int]) -> int:
+    """Revocation, after ``leasing.cancel_worker_attempts``: uploads of the
+    cancelled attempts still streaming are held — their files are kept, with
+    their quota, until an admin releases them (DESIGN §8.7). The caller commits."""
+    held = db.session.execute(text(
+        "UPDATE uploads SET state = 'held', held_at = now(), updated_at = now(), "
+        "error = jsonb_build_object('code', 'cancelled', 'message', 'worker revoked') "
+        "WHERE attempt_id = ANY(:a) AND state = 'uploading' RETURNING attempt_id"),
+        {"a": list(attempt_ids)}).scalars().all()
+    for attempt_id in held:
+        _notify_receipt(attempt_id)
+    return len(held)
 
 
 def expire_abandoned(limit: int = 500) -> int:

@@ -1,0 +1,100 @@
+"""Job and attempt states: every transition, who performs it, and the SQL
+pieces the writers share.
+
+Only the modules in ``OWNERS`` write ``jobs.state`` or ``attempts.state`` or
+insert attempts (``tests/test_state_owners.py`` scans the source tree for any
+other). Each transition is one guarded statement in its owner whose row count
+decides (DESIGN §4.1); the tables below are the reference for what those
+statements may do, and the same test checks that every move observed while
+claiming, finishing, failing, expiring, uploading and requeueing is listed.
+"""
+from __future__ import annotations
+
+# Source files (relative to the repository root) allowed to write states.
+OWNERS = {
+    "app/projects/leasing.py": "claims, outcomes, lease expiry, the sweep, revoked workers",
+    "app/uploads/transitions.py": "uploads: admission, staging, bad files, archive, staged expiry",
+    "app/projects/jobs_admin.py": "the admin's requeue",
+    "app/imports/savewebhq_write.py": "rows copied from a SavewebHQ database in the states they "
+                                      "had there (an import, not a transition)",
+}
+
+# (from, to): who moves a job that way; ``None`` is "inserted".
+JOB_TRANSITIONS = {
+    (None, "todo"): "enqueue (enqueue.insert_batch), with no task deadline yet",
+    ("todo", "wip"): "claim (leasing.claim); a late upload of a reaped attempt (transitions.admit)",
+    ("todo", "failed"): "sweep: a retry whose task deadline passed, or a job tried by "
+                        "max_worker_attempts distinct workers (leasing.sweep)",
+    ("wip", "done"): "complete, generic projects (leasing.complete)",
+    ("wip", "todo"): "retryable fail, lease expiry, revoked worker (leasing); rejected upload "
+                     "(transitions.reject)",
+    ("wip", "reset_exhausted"): "the same, with max_resets used up",
+    ("wip", "failed"): "non-retryable fail; a retry past the task deadline",
+    ("wip", "staged"): "a verified upload is durable in the spool (transitions.stage)",
+    ("staged", "done"): "archive committed (transitions.complete)",
+    ("staged", "todo"): "the staged file was damaged: fetch again (transitions.discard_damaged)",
+    ("staged", "reset_exhausted"): "the same, with max_resets used up",
+    ("staged", "failed"): "the same past the task deadline; not archived within the staged "
+                          "retention (transitions.expire_staged)",
+    ("failed", "todo"): "admin requeue (jobs_admin.requeue)",
+    ("reset_exhausted", "todo"): "admin requeue (jobs_admin.requeue)",
+    ("failed", "wip"): "a late upload wins the job back (transitions.admit)",
+    ("reset_exhausted", "wip"): "a late upload wins the job back (transitions.admit)",
+}
+
+# (from, to) for attempts; ``None`` is "inserted".
+ATTEMPT_TRANSITIONS = {
+    (None, "running"): "claim (leasing.claim)",
+    ("running", "done"): "complete, generic projects (leasing.complete)",
+    ("running", "failed"): "fail (leasing.fail)",
+    ("uploading", "failed"): "fail while uploading (leasing.fail); rejected file (transitions.reject)",
+    ("running", "expired"): "lease expiry (leasing.reap_expired)",
+    ("uploading", "expired"): "lease expiry (leasing.reap_expired)",
+    ("running", "cancelled"): "revoked worker (leasing.cancel_worker_attempts); superseded by a "
+                              "late upload (transitions.admit)",
+    ("uploading", "cancelled"): "the same",
+    ("running", "uploading"): "upload admitted (transitions.admit)",
+    ("expired", "uploading"): "late upload admitted (transitions.admit)",
+    ("uploading", "staged"): "upload staged (transitions.stage)",
+    ("staged", "done"): "archive committed (transitions.complete)",
+    ("staged", "failed"): "damaged staged file, staged retention passed (transitions)",
+}
+
+
+# ------------------------------------------------------------- shared SQL
+# The pieces below name the job row ``j``.
+
+DEADLINE_PASSED = "j.deadline_at IS NOT NULL AND j.deadline_at <= now()"
+TIMEOUT_ERROR = "jsonb_build_object('code', 'timeout', 'message', 'task deadline passed')"
+
+def backoff(base: str, resets: str) -> str:
+    """Exponential backoff with "equal jitter" (50..100 % of the step), capped at 1 h."""
+    return (f"make_interval(secs => LEAST(3600.0, {base} * power(2.0, LEAST({resets}, 20))) "
+            "* (0.5 + random() * 0.5))")
+
+
+def retry_state(max_resets: str) -> str:
+    """Where a job goes when its attempt ends retryably: ``failed`` once its
+    task deadline has passed, ``reset_exhausted`` out of resets, else ``todo``."""
+    return (f"CASE WHEN {DEADLINE_PASSED} THEN 'failed' "
+            f"WHEN j.resets >= {max_resets} THEN 'reset_exhausted' ELSE 'todo' END")
+
+
+def retry_set(max_resets: str, backoff_base: str) -> str:
+    """The SET list of a retryable end: the retry decision, one more reset,
+    the backoff before the next claim, no lease."""
+    return (f"state = {retry_state(max_resets)}, resets = j.resets + 1, "
+            f"not_before = now() + {backoff(backoff_base, 'j.resets')}, lease_expires_at = NULL")
+
+
+def distinct_workers(job_id: str) -> str:
+    """How many distinct workers have tried the job (``max_worker_attempts``)."""
+    return ("(SELECT count(DISTINCT (a.worker_id, a.worker_owner)) FROM attempts a "
+            f"WHERE a.job_id = {job_id})")
+
+
+def first_claim_deadline(task_timeout: str) -> str:
+    """The task deadline a claim gives a job: the one its first claim set, or
+    ``task_timeout`` from now (NULL without a timeout). Waiting in the queue
+    never counts, so a backlog of any size waits safely."""
+    return f"COALESCE(deadline_at, now() + make_interval(secs => CAST({task_timeout} AS int)))"
