@@ -1,7 +1,7 @@
 """task deadlines start at the first claim; max_worker_attempts is project policy
 
 Revision ID: 0011
-Revises: 0007
+Revises: 0010
 Create Date: 2026-12-01 13:00:00.000000
 
 A job's task deadline (``jobs.deadline_at``) used to be set at enqueue, so a
@@ -29,7 +29,7 @@ import sqlalchemy as sa
 
 # revision identifiers, used by Alembic.
 revision = '0011'
-down_revision = '0007'
+down_revision = '0010'
 branch_labels = None
 depends_on = None
 
