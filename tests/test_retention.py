@@ -90,6 +90,18 @@ def test_attempts_beyond_the_newest_n_per_job_are_pruned_and_not_before(app, api
     assert sql(app, "SELECT state, attempts_count FROM jobs WHERE id = :j", j=many) == [("wip", 7)]
 
 
+def test_each_workers_newest_attempt_survives_so_the_worker_cap_remembers(app, api, settings):
+    """max_worker_attempts and prefer_new_worker count the distinct workers
+    that tried a job: pruning keeps the newest attempt of each of them."""
+    settings(KEEP_ATTEMPTS_PER_JOB=1)
+    api.put_project("p")
+    job, ids = job_with_attempts(app, api, "p", ["failed", "failed", "expired", "running"])
+    sql(app, "UPDATE attempts SET worker_id = 'w0' WHERE id = :a", a=ids[0])
+    assert tick(app)["attempts"] == 2  # w1's older ones; w0's only attempt stays
+    assert attempt_ids(app, job) == [ids[0], ids[3]]
+    assert one(app, "SELECT count(DISTINCT worker_id) FROM attempts WHERE job_id = :j", j=job) == 2
+
+
 def test_retried_attempts_through_the_api_keep_the_newest_and_the_current(app, api, client,
                                                                           settings):
     settings(KEEP_ATTEMPTS_PER_JOB=2)

@@ -48,11 +48,15 @@ WITH scanned AS (
 ), victims AS (
     SELECT old.id FROM scanned j
     CROSS JOIN LATERAL (
-        SELECT a.id, a.state FROM attempts a WHERE a.job_id = j.id
+        SELECT a.id, a.state, a.worker_id, a.worker_owner FROM attempts a WHERE a.job_id = j.id
         ORDER BY a.id DESC OFFSET :keep
     ) old
     WHERE old.state IN ('failed', 'expired', 'cancelled')
       AND old.id IS DISTINCT FROM j.current_attempt_id
+      -- the newest attempt of each worker stays: the distinct-worker cap and
+      -- prefer_new_worker must not forget who has tried the job
+      AND EXISTS (SELECT 1 FROM attempts b WHERE b.job_id = j.id AND b.id > old.id
+                  AND b.worker_id = old.worker_id AND b.worker_owner IS NOT DISTINCT FROM old.worker_owner)
       AND NOT EXISTS (SELECT 1 FROM uploads u WHERE u.attempt_id = old.id
                       AND (u.state NOT IN ('failed', 'expired') OR u.reserved_bytes > 0))
     LIMIT :n
