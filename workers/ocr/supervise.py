@@ -1,0 +1,149 @@
+"""Run a child program under a wall-clock limit and a memory limit on its whole process tree.
+
+OCRmyPDF forks a pool of worker processes, and each runs Tesseract as a
+further child, so a limit on one process limits nothing: ``RLIMIT_AS`` set
+before ``exec`` applies to each process separately (and counts address space
+that threads and arenas reserve but never touch, so it refuses harmless
+runs). The two tree-wide options are a cgroup (``memory.max``) and a
+sampling watchdog. A cgroup needs write access to the cgroup tree (root, or a
+systemd-delegated subtree) that an unprivileged container or a plain user
+account does not have, so this module samples instead, which works wherever
+``/proc`` does:
+
+- the child starts in a session of its own (``setsid``); every process it
+  forks stays in that session unless it calls ``setsid`` itself, which
+  OCRmyPDF, its pool and Tesseract do not — even when the parent dies and
+  they are re-parented to init;
+- every ``SAMPLE_SECONDS`` the watchdog sums the proportional set size (PSS:
+  each shared page split between the processes sharing it, so the forked
+  pool's shared interpreter pages are not counted once per worker) over the
+  session's live processes, and compares it with the limit;
+- over the limit or past the deadline, every process in the session is sent
+  SIGKILL (the process group, then each member by pid) until none is left.
+
+The limit can be overshot for up to one sampling period; a child that
+allocates faster than that meets the kernel's OOM killer instead, which the
+engine reports as a retryable crash.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SAMPLE_SECONDS = 0.1
+KILL_WAIT_SECONDS = 10.0
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass(frozen=True)
+class ChildOutcome:
+    returncode: int | None      # None when the watchdog killed the child
+    killed: str | None          # "time_limit" | "memory_limit" | None
+    seconds: float
+    peak_memory_bytes: int      # highest summed PSS seen over the tree
+    log_path: Path              # the child's stdout and stderr, interleaved
+
+    def log_tail(self, limit: int = 16384) -> str:
+        with open(self.log_path, "rb") as log:
+            log.seek(max(0, self.log_path.stat().st_size - limit))
+            return log.read().decode("utf-8", "replace")
+
+
+def session_members(sid: int) -> list[int]:
+    """Live (not zombie) processes whose session id is ``sid``."""
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:  # gone while we looked
+            continue
+        # After the command name: state, ppid, pgrp, session, ...
+        if int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
+            members.append(int(entry.name))
+    return members
+
+
+def process_memory(pid: int) -> int:
+    """PSS of one process in bytes (RSS where smaps_rollup is unavailable); 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
+            for line in rollup:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE
+    except OSError:
+        return 0
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of the session and wait until none is left."""
+    deadline = time.monotonic() + KILL_WAIT_SECONDS
+    while True:
+        members = session_members(sid)
+        if not members:
+            return
+        try:
+            os.killpg(sid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        for pid in members:  # a member that moved to another process group
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"processes {members} of session {sid} survived SIGKILL")
+        time.sleep(0.02)
+
+
+def run_limited(argv: list[str], *, log_path: Path, env: dict[str, str], cwd: Path,
+                time_limit_s: float, memory_limit_bytes: int, nice: int = 0) -> ChildOutcome:
+    """Run ``argv`` to its end or until a limit is hit; no process of its tree outlives this call."""
+    started = time.monotonic()
+    deadline = started + time_limit_s
+    peak = 0
+    killed = None
+    with open(log_path, "wb") as log:
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                 env=env, cwd=cwd, start_new_session=True)
+    try:
+        if nice:
+            # Set before the child forks its pool (it is still starting Python),
+            # so every process of the tree inherits it.
+            try:
+                os.setpriority(os.PRIO_PROCESS, child.pid, nice)
+            except ProcessLookupError:
+                pass
+        while True:
+            try:
+                child.wait(timeout=SAMPLE_SECONDS)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            used = sum(process_memory(pid) for pid in session_members(child.pid))
+            peak = max(peak, used)
+            if used > memory_limit_bytes:
+                killed = "memory_limit"
+                break
+            if time.monotonic() > deadline:
+                killed = "time_limit"
+                break
+    finally:
+        # Also after a normal exit: a helper the child left behind would keep
+        # running (and using memory) outside every limit.
+        kill_session(child.pid)
+        child.wait()
+    return ChildOutcome(returncode=None if killed else child.returncode, killed=killed,
+                        seconds=time.monotonic() - started, peak_memory_bytes=peak,
+                        log_path=log_path)
