@@ -6,7 +6,8 @@ only the standard library and pypdfium2 are imported) under the same
 tree-wide time and memory watchdog as OCRmyPDF.
 
 ``pdfprobe.py inspect PDF`` prints ``{"pages", "text_pages", "signed"}`` or
-``{"error": "not_pdf" | "encrypted", "message"}``. A page "has text" when
+``{"error": "not_pdf" | "encrypted", "message"}``; any encryption counts,
+also an owner password alone. A page "has text" when
 PDFium finds any non-blank character on it; those are the pages
 ``--skip-text`` leaves alone.
 
@@ -52,6 +53,10 @@ def inspect(path: str) -> dict:
         return error
     try:
         text_pages = [index for index in range(len(doc)) if _page_text(doc[index]).strip()]
+        if pdfium_c.FPDF_GetSecurityHandlerRevision(doc.raw) != -1:
+            # Opens without a password (an owner password only), but its owner
+            # restricted it, and OCR would write it out without those restrictions.
+            return {"error": "encrypted", "message": "the PDF is encrypted (owner password and permissions)"}
         signed = pdfium_c.FPDF_GetSignatureCount(doc.raw) > 0
         return {"pages": len(doc), "text_pages": text_pages, "signed": signed}
     finally:

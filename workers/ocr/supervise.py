@@ -28,8 +28,10 @@ engine reports as a retryable crash.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,7 @@ from pathlib import Path
 SAMPLE_SECONDS = 0.1
 KILL_WAIT_SECONDS = 10.0
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+_NICE_THEN_EXEC = "import os, sys; os.nice(int(sys.argv[1])); os.execvp(sys.argv[2], sys.argv[2:])"
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,7 @@ class ChildOutcome:
     killed: str | None          # "time_limit" | "memory_limit" | None
     seconds: float
     peak_memory_bytes: int      # highest summed PSS seen over the tree
-    log_path: Path              # the child's stdout and stderr, interleaved
+    log_path: Path              # the command line, then the child's stdout and stderr, interleaved
 
     def log_tail(self, limit: int = 16384) -> str:
         with open(self.log_path, "rb") as log:
@@ -114,17 +117,19 @@ def run_limited(argv: list[str], *, log_path: Path, env: dict[str, str], cwd: Pa
     deadline = started + time_limit_s
     peak = 0
     killed = None
+    command = "$ " + shlex.join(argv) + "\n"
+    if nice:
+        # The child lowers its own priority before exec'ing the program, so
+        # every process it forks inherits it (a setpriority() from here would
+        # race with the child's first fork). No `nice` binary needed on PATH.
+        argv = [sys.executable, "-c", _NICE_THEN_EXEC, str(nice), *argv]
     with open(log_path, "wb") as log:
+        # The command first: the log alone then tells what ran.
+        log.write(command.encode())
+        log.flush()
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                  env=env, cwd=cwd, start_new_session=True)
     try:
-        if nice:
-            # Set before the child forks its pool (it is still starting Python),
-            # so every process of the tree inherits it.
-            try:
-                os.setpriority(os.PRIO_PROCESS, child.pid, nice)
-            except ProcessLookupError:
-                pass
         while True:
             try:
                 child.wait(timeout=SAMPLE_SECONDS)
