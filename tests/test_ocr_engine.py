@@ -174,36 +174,59 @@ def test_tesseract_missing_from_path_breaks_the_worker(scan, tmp_path):
         check_installation(["eng"], environ=env)
 
 
-def test_the_time_limit_kills_the_whole_tree_and_is_retryable(tmp_path):
-    # Three long pages take several seconds; the limit stops the run while
-    # Tesseract is reading (a watcher records which programs of the run it saw).
-    long_page = (PAGE_ONE + PAGE_TWO + PAGE_THREE) * 3
-    source = scanned_pdf(tmp_path / "three.pdf", [long_page] * 3)
-    limits = OcrLimits(base_seconds=2.5, seconds_per_page=0.1)
-    assert limits.time_limit(3) == pytest.approx(2.8)
-    seen, done = set(), threading.Event()
+class RunWatcher(threading.Thread):
+    """Records the programs of a run while it goes; sets ``cancel`` once Tesseract is seen, if given."""
 
-    def watch():
-        while not done.is_set():
-            for pid in processes_of(tmp_path / "work"):
+    def __init__(self, scratch: Path, cancel: threading.Event | None = None):
+        super().__init__(daemon=True)
+        self.scratch, self.cancel, self.seen, self.done = scratch, cancel, set(), threading.Event()
+
+    def run(self):
+        while not self.done.is_set():
+            for pid in processes_of(self.scratch):
                 try:
-                    seen.add(Path(f"/proc/{pid}/exe").resolve().name)
+                    self.seen.add(Path(f"/proc/{pid}/exe").resolve().name)
                 except OSError:
                     pass
+            if self.cancel is not None and "tesseract" in self.seen:
+                self.cancel.set()
             time.sleep(0.05)
 
-    watcher = threading.Thread(target=watch)
-    watcher.start()
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.join()
+
+
+LONG_PAGE = (PAGE_ONE + PAGE_TWO + PAGE_THREE) * 3   # ~1.5 s of Tesseract a page
+
+
+def test_the_time_limit_kills_the_whole_tree_and_is_retryable(tmp_path):
+    # Three long pages take several seconds; the limit stops the run while
+    # Tesseract is reading.
+    source = scanned_pdf(tmp_path / "three.pdf", [LONG_PAGE] * 3)
+    limits = OcrLimits(base_seconds=2.5, seconds_per_page=0.1)
+    assert limits.time_limit(3) == pytest.approx(2.8)
     started = time.monotonic()
-    try:
-        with pytest.raises(RetryableFailure) as caught:
-            run_ocr(source, tmp_path / "work", "eng", limits)
-    finally:
-        done.set()
-        watcher.join()
+    with RunWatcher(tmp_path / "work") as watcher, pytest.raises(RetryableFailure) as caught:
+        run_ocr(source, tmp_path / "work", "eng", limits)
     assert caught.value.reason == "time_limit"
     assert time.monotonic() - started < 2.8 + 5   # stopped, not run to the end
-    assert "tesseract" in seen
+    assert "tesseract" in watcher.seen
+    assert processes_of(tmp_path / "work") == []
+    assert not (tmp_path / "work" / "ocr.pdf").exists()
+
+
+def test_a_cancelled_run_stops_at_once_and_is_retryable(tmp_path):
+    source = scanned_pdf(tmp_path / "three.pdf", [LONG_PAGE] * 3)
+    cancel = threading.Event()
+    with RunWatcher(tmp_path / "work", cancel) as watcher, pytest.raises(RetryableFailure) as caught:
+        run_ocr(source, tmp_path / "work", "eng", cancel=cancel)
+    assert caught.value.reason == "cancelled"
+    assert "tesseract" in watcher.seen
     assert processes_of(tmp_path / "work") == []
     assert not (tmp_path / "work" / "ocr.pdf").exists()
 

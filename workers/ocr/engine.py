@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,12 +61,14 @@ class OcrResult:
 
 
 def run_ocr(source: Path, scratch: Path, languages, limits: OcrLimits = OcrLimits(),
-            environ: dict[str, str] | None = None) -> OcrResult:
+            environ: dict[str, str] | None = None, cancel: threading.Event | None = None) -> OcrResult:
     """OCR ``source`` into ``scratch``; raises one :class:`~workers.ocr.errors.OcrFailure` subclass per failure class.
 
     Parameters: ``languages`` are Tesseract pack names ("eng+pol" or a
     list), from the job; ``environ`` is the children's environment (default:
-    this process's), whose PATH decides which Tesseract runs.
+    this process's), whose PATH decides which Tesseract runs; ``cancel``,
+    when set (the lease was withdrawn, the worker stops), ends the run at
+    once with ``RetryableFailure("cancelled")``.
     """
     started = time.monotonic()
     scratch = Path(scratch).resolve()
@@ -77,17 +80,18 @@ def run_ocr(source: Path, scratch: Path, languages, limits: OcrLimits = OcrLimit
     Path(env["TMPDIR"]).mkdir(exist_ok=True)
     pdf_path, text_path = scratch / "ocr.pdf", scratch / "ocr.txt"
     try:
-        facts, inspect_s = _inspect(source, scratch, env, limits)
+        facts, inspect_s = _inspect(source, scratch, env, limits, cancel)
         pages, skipped = facts["pages"], len(facts["text_pages"])
         if skipped == pages:
             raise AlreadyHasText(pages, f"all {pages} page(s) already have text")
         ocr = run_limited(ocrmypdf_argv(source, pdf_path, langs, limits), log_path=scratch / "ocrmypdf.log",
                           env=env, cwd=scratch, time_limit_s=limits.time_limit(pages),
-                          memory_limit_bytes=limits.memory_bytes, nice=limits.nice)
+                          memory_limit_bytes=limits.memory_bytes, nice=limits.nice, cancel=cancel)
         _raise_for(ocr, pages, limits.time_limit(pages), limits.memory_bytes)
         if not pdf_path.is_file():
             raise RetryableFailure("invalid_output_pdf", "OCRmyPDF exited 0 but wrote no output")
-        text, text_s = _probe(["text", str(pdf_path), str(text_path)], "text", pages, scratch, env, limits)
+        text, text_s = _probe(["text", str(pdf_path), str(text_path)], "text", pages, scratch, env, limits,
+                              cancel)
         if text.get("error") or text["pages"] != pages:
             raise RetryableFailure("invalid_output_pdf",
                                    f"the derived PDF has {text.get('pages')} pages, the source {pages}")
@@ -127,13 +131,13 @@ def _child_env(environ, scratch: Path) -> dict[str, str]:
     return env
 
 
-def _inspect(source: Path, scratch: Path, env, limits: OcrLimits) -> tuple[dict, float]:
+def _inspect(source: Path, scratch: Path, env, limits: OcrLimits, cancel) -> tuple[dict, float]:
     with open(source, "rb") as head:
         if b"%PDF-" not in head.read(1024):
             raise PermanentFailure("not_pdf", "the source does not start like a PDF (no %PDF- header)")
     # The page count is not known yet: a size-based guess bounds this step.
     guess = max(1, source.stat().st_size // (50 * 1024))
-    facts, seconds = _probe(["inspect", str(source)], "inspect", guess, scratch, env, limits)
+    facts, seconds = _probe(["inspect", str(source)], "inspect", guess, scratch, env, limits, cancel)
     error = facts.get("error")
     if error:
         raise PermanentFailure(error, facts["message"])
@@ -144,11 +148,12 @@ def _inspect(source: Path, scratch: Path, env, limits: OcrLimits) -> tuple[dict,
     return facts, seconds
 
 
-def _probe(args: list[str], step: str, pages: int, scratch: Path, env, limits: OcrLimits) -> tuple[dict, float]:
+def _probe(args: list[str], step: str, pages: int, scratch: Path, env, limits: OcrLimits,
+           cancel) -> tuple[dict, float]:
     time_limit = min(limits.max_seconds, PROBE_BASE_SECONDS + PROBE_SECONDS_PER_PAGE * pages)
     outcome = run_limited([sys.executable, PROBE, *args], log_path=scratch / f"{step}.log", env=env,
                           cwd=scratch, time_limit_s=time_limit, memory_limit_bytes=limits.memory_bytes,
-                          nice=limits.nice)
+                          nice=limits.nice, cancel=cancel)
     if outcome.killed:
         _raise_for(outcome, pages, time_limit, limits.memory_bytes)
     lines = [line for line in outcome.log_tail().splitlines() if line.startswith("{")]
@@ -162,6 +167,8 @@ def _probe(args: list[str], step: str, pages: int, scratch: Path, env, limits: O
 def _raise_for(outcome: ChildOutcome, pages: int, time_limit: float, memory_limit: int) -> None:
     if outcome.killed == "time_limit":
         raise RetryableFailure("time_limit", f"stopped after {time_limit:.0f} s (limit for {pages} page(s))")
+    if outcome.killed == "cancelled":
+        raise RetryableFailure("cancelled", "the run was cancelled by the worker")
     if outcome.killed == "memory_limit":
         raise RetryableFailure("out_of_memory",
                                f"stopped at {outcome.peak_memory_bytes // 2**20} MiB "

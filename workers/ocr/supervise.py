@@ -18,7 +18,7 @@ account does not have, so this module samples instead, which works wherever
   each shared page split between the processes sharing it, so the forked
   pool's shared interpreter pages are not counted once per worker) over the
   session's live processes, and compares it with the limit;
-- over the limit or past the deadline, every process in the session is sent
+- over the limit, past the deadline or when the caller cancels, every process in the session is sent
   SIGKILL (the process group, then each member by pid) until none is left.
 
 The limit can be overshot for up to one sampling period; a child that
@@ -32,9 +32,12 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from .errors import BrokenWorker
 
 SAMPLE_SECONDS = 0.1
 KILL_WAIT_SECONDS = 10.0
@@ -45,7 +48,7 @@ _NICE_THEN_EXEC = "import os, sys; os.nice(int(sys.argv[1])); os.execvp(sys.argv
 @dataclass(frozen=True)
 class ChildOutcome:
     returncode: int | None      # None when the watchdog killed the child
-    killed: str | None          # "time_limit" | "memory_limit" | None
+    killed: str | None          # "time_limit" | "memory_limit" | "cancelled" | None
     seconds: float
     peak_memory_bytes: int      # highest summed PSS seen over the tree
     log_path: Path              # the command line, then the child's stdout and stderr, interleaved
@@ -106,13 +109,17 @@ def kill_session(sid: int) -> None:
             except ProcessLookupError:
                 pass
         if time.monotonic() > deadline:
-            raise RuntimeError(f"processes {members} of session {sid} survived SIGKILL")
+            # Stuck in the kernel (a hung disk): they may hold memory and files,
+            # so this worker should not take more work.
+            raise BrokenWorker("unkillable", f"processes {members} of an OCR run survived SIGKILL "
+                                             f"for {KILL_WAIT_SECONDS:.0f} s")
         time.sleep(0.02)
 
 
 def run_limited(argv: list[str], *, log_path: Path, env: dict[str, str], cwd: Path,
-                time_limit_s: float, memory_limit_bytes: int, nice: int = 0) -> ChildOutcome:
-    """Run ``argv`` to its end or until a limit is hit; no process of its tree outlives this call."""
+                time_limit_s: float, memory_limit_bytes: int, nice: int = 0,
+                cancel: threading.Event | None = None) -> ChildOutcome:
+    """Run ``argv`` to its end, until a limit is hit or ``cancel`` is set; no process of its tree outlives this call."""
     started = time.monotonic()
     deadline = started + time_limit_s
     peak = 0
@@ -143,6 +150,9 @@ def run_limited(argv: list[str], *, log_path: Path, env: dict[str, str], cwd: Pa
                 break
             if time.monotonic() > deadline:
                 killed = "time_limit"
+                break
+            if cancel is not None and cancel.is_set():
+                killed = "cancelled"
                 break
     finally:
         # Also after a normal exit: a helper the child left behind would keep
