@@ -285,7 +285,7 @@ def test_limits_come_from_the_environment_and_bad_values_are_named():
     assert limits.effective_jobs() == os.cpu_count()   # never more OCR processes than cores
     assert OcrLimits.from_env({}) == OcrLimits()
     for name, raw in [("FLEETHQ_OCR_JOBS", "0"), ("FLEETHQ_OCR_NICE", "20"), ("FLEETHQ_OCR_DESKEW", "maybe"),
-                      ("FLEETHQ_OCR_MEMORY_BYTES", "lots"), ("FLEETHQ_OCR_BASE_SECONDS", "-1")]:
+                      ("FLEETHQ_OCR_MEMORY_BYTES", "lots"), ("FLEETHQ_OCR_MEMORY_BYTES", str(31 * 2**20)), ("FLEETHQ_OCR_BASE_SECONDS", "-1")]:
         with pytest.raises(ValueError, match="FLEETHQ_OCR_"):
             OcrLimits.from_env({name: raw})
 

@@ -22,6 +22,7 @@ SCRATCH_MARGIN = 64 * MiB
 # Source copy + derived PDF (the source's images plus a text layer; the
 # optimizer rarely makes it larger) + the text, with room to spare.
 SCRATCH_PER_SOURCE_BYTE = 4
+MIN_MEMORY_BYTES = 32 * MiB
 
 
 @dataclass(frozen=True)
@@ -39,8 +40,9 @@ class OcrLimits:
         for name in ("base_seconds", "seconds_per_page", "max_seconds"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"OCR limit {name} must be > 0, not {getattr(self, name)!r}")
-        if self.memory_bytes < 16 * MiB:
-            raise ValueError(f"OCR limit memory_bytes must be at least 16 MiB, not {self.memory_bytes}")
+        # Below this not even the PDFium inspection (~20 MB) fits, and every job would fail.
+        if self.memory_bytes < MIN_MEMORY_BYTES:
+            raise ValueError(f"OCR limit memory_bytes must be at least 32 MiB, not {self.memory_bytes}")
         if not 1 <= self.jobs <= 64:
             raise ValueError(f"OCR limit jobs must be 1..64, not {self.jobs}")
         if not 0 <= self.nice <= 19:
