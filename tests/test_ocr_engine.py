@@ -95,6 +95,15 @@ def test_the_job_language_is_used_polish_letters_come_back(tmp_path):
     assert result.text_path.read_text("utf-8").split() == words(lines)
 
 
+def test_a_page_scanned_upside_down_is_turned_and_read(tmp_path):
+    # Orientation detection needs a page's worth of text to be confident.
+    lines = (PAGE_ONE + PAGE_TWO + PAGE_THREE) * 2
+    source = scanned_pdf(tmp_path / "upside-down.pdf", [lines], rotate=180)
+    result = run_ocr(source, tmp_path / "work", "eng")
+    assert result.text_path.read_text("utf-8").split() == words(lines)
+    assert pdf_text(result.pdf_path)[0].split() == words(lines)
+
+
 def test_pages_with_text_are_kept_and_only_the_scanned_page_is_read(tmp_path):
     source = mixed_pdf(tmp_path / "mixed.pdf", ["Born digital page one"], PAGE_TWO)
     result = run_ocr(source, tmp_path / "work", "eng")
