@@ -214,11 +214,11 @@ LONG_PAGE = (PAGE_ONE + PAGE_TWO + PAGE_THREE) * 3   # ~1.5 s of Tesseract a pag
 
 
 def test_the_time_limit_kills_the_whole_tree_and_is_retryable(tmp_path):
-    # Three long pages take several seconds; the limit stops the run while
+    # Eight long pages take 10 s or more; the limit stops the run while
     # Tesseract is reading.
-    source = scanned_pdf(tmp_path / "three.pdf", [LONG_PAGE] * 3)
-    limits = OcrLimits(base_seconds=2.5, seconds_per_page=0.1)
-    assert limits.time_limit(3) == pytest.approx(2.8)
+    source = scanned_pdf(tmp_path / "eight.pdf", [LONG_PAGE] * 8)
+    limits = OcrLimits(base_seconds=2.0, seconds_per_page=0.1)
+    assert limits.time_limit(8) == pytest.approx(2.8)
     started = time.monotonic()
     with RunWatcher(tmp_path / "work") as watcher, pytest.raises(RetryableFailure) as caught:
         run_ocr(source, tmp_path / "work", "eng", limits)
