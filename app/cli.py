@@ -143,6 +143,8 @@ _POLICY_HELP = {
     "worker_claim_qps": "claims per second per worker; empty means unlimited",
     "max_jobs_per_claim": "1..256 (0 means 256)",
     "client_versions": "comma-separated allowed worker client versions",
+    "fallback_after_seconds": "FleetHQ only: 0..86400 (default 60), seconds a job waits before a "
+                              "fallback-tier worker may take it",
 }
 
 
@@ -505,4 +507,5 @@ def import_savewebhq(source_url, dry_run, batch_size):
 
 
 def init_app(app) -> None:
+    from app import cli_lanes  # noqa: F401  (registers its commands on the fleet group)
     app.cli.add_command(fleet)

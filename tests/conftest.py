@@ -25,7 +25,7 @@ REDIS_URL = os.environ.get("FLEETHQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"
 TABLES = ("attempts", "jobs", "project_dispatch", "projects", "machine_tokens", "users",
           "job_counts", "attempt_totals", "fleet_nodes", "enrollment_credentials", "token_workers",
           "uploads", "spool_usage", "assets", "outbox", "hook_consumers", "hook_deliveries", "page_sessions", "rate_limits", "worker_users",
-          "worker_claim_buckets")
+          "worker_claim_buckets", "master_settings")
 
 
 @pytest.fixture(scope="session")

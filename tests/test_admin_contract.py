@@ -220,7 +220,7 @@ def test_put_keeps_the_kind_and_fleethq_fields_of_an_existing_project(api):
     after = _ok(api.call("GET", f"{FLEETHQ}/papers"))
     kept = ("kind", "max_in_flight", "max_worker_in_flight", "retry_backoff_seconds",
             "prefer_new_worker", "task_timeout_seconds", "attempt_timeout_seconds",
-            "upload_timeout_seconds")
+            "upload_timeout_seconds", "fallback_after_seconds")
     assert {k: after[k] for k in kept} == {k: before[k] for k in kept}
     assert after["kind"] == "pdf" and after["max_in_flight"] == 16
     assert (after["status"], after["dispatch_qps"], after["max_jobs_per_claim"]) == (

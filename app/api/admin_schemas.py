@@ -98,6 +98,9 @@ _POLICY = {
     "retry_backoff_seconds": v.int_range(0, 86400), "client_versions": CLIENT_VERSIONS,
     **{name: v.int_range(lo, INT32_MAX, nullable=True) for name, lo in _NULLABLE_MIN.items()},
     "prefer_new_worker": v.boolean, "upload_timeout_seconds": v.int_range(10, 600),
+    "fallback_after_seconds": v.int_range(0, 86400).describe(
+        "seconds a claimable job waits before a fallback-tier worker may take it while a "
+        "first-choice worker has free capacity (default 60)"),
 }
 POLICY_INPUT = v.named("FleetHQProjectPolicy", {
     name: v.Optional(rule) for name, rule in _POLICY.items()})
