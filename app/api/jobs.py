@@ -212,6 +212,7 @@ def claim(project_id):
     listener = wakeups.listener(current_app.config["LISTEN_DSN"]) if wait_s else None
     while True:
         if client_gone():  # nobody to answer: lease nothing
+            claim_audit.record(project, worker.worker_id, 0, body.get("policy_version"))
             return _empty_claim(project)
         seen = listener.generation(project_id) if listener else None
         try:
@@ -232,10 +233,13 @@ def claim(project_id):
         listener.wait(project_id, seen, min(w + 0.005 for w in wake_in if w is not None))
         project = service.view(project_id)
     attempt_ids = [int(job["attempt_id"]) for job in result.jobs]
-    if attempt_ids and client_gone():  # went away while we leased
+    gone = bool(attempt_ids) and client_gone()  # went away while we leased
+    if gone:
         leasing.release_undelivered(attempt_ids)
+    claim_audit.record(project, worker.worker_id, 0 if gone else len(result.jobs),
+                       body.get("policy_version"))
+    if gone:
         return _empty_claim(project)
-    claim_audit.record(project, worker.worker_id, len(result.jobs), body.get("policy_version"))
     response = jsonify(project_id=project_id, jobs=result.jobs,
                        retry_after_ms=result.retry_after_ms, policy_version=result.policy_version)
     if attempt_ids:
