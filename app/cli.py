@@ -507,5 +507,7 @@ def import_savewebhq(source_url, dry_run, batch_size):
 
 
 def init_app(app) -> None:
-    from app import cli_lanes  # noqa: F401  (registers its commands on the fleet group)
     app.cli.add_command(fleet)
+
+
+from app import cli_lanes  # noqa: E402,F401  (registers set-tier, remote, local-worker)
