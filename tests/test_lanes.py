@@ -279,3 +279,20 @@ def test_a_worker_gone_during_its_long_poll_costs_no_lease_and_no_reset(
                             "AND state = 'running'")
     finally:
         server.stop()
+
+
+def test_remote_jobs_snapshot_shows_the_queue_the_local_lane_takes_from(app, client, api, make_user):
+    """The jobs table is the local lane's admission journal: a queued job is a
+    durable ``todo`` row, listed by the snapshot up to its bound like any other."""
+    project = _project(api)
+    local = _local_node(app, client)
+    api.enqueue(project, values(6))
+    app.test_cli_runner().invoke(args=["fleet", "remote", "off"])  # only the local lane claims
+    (taken,) = _claimed(local.claim(project))
+    reader = Api(client, make_user("rita", ["reader"]), version=None)
+    rows = body(reader.call("GET", f"/api/v1/remote-jobs?project={project}"))["jobs"]
+    states = {r["id"]: (r["state"], r["worker_id"]) for r in rows}
+    assert states == {**{f"v{i}": ("queued", None) for i in range(6)},
+                      taken["id"]: ("running", local.node_id)}
+    bounded = body(reader.call("GET", f"/api/v1/remote-jobs?project={project}&limit=4"))["jobs"]
+    assert len(bounded) == 4 and all(r["state"] == "queued" for r in bounded)  # newest first
