@@ -30,6 +30,8 @@ def client_gone() -> bool:
         return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
     except (BlockingIOError, InterruptedError):
         return False  # nothing to read: still connected
+    except ValueError:
+        return False  # a TLS socket takes no recv flags: cannot tell, assume connected
     except OSError:
         return True   # reset, or the socket is already closed
 
