@@ -14,9 +14,20 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /srv/fleethq
 
+# WITH_FETCHER=true: the image of the local fetcher (flask fleet local-worker),
+# which runs the worker program too: Debian's Chromium and the worker extras.
+ARG WITH_FETCHER=false
+ENV PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 \
+    FLEETHQ_CHROMIUM=/usr/bin/chromium
+RUN if [ "$WITH_FETCHER" = "true" ]; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends chromium fonts-liberation ca-certificates \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi
+
 # Dependencies in their own layer: rebuilt only when pyproject.toml changes.
 COPY pyproject.toml ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+RUN WITH_FETCHER="$WITH_FETCHER" python -c "import os, tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + (p['optional-dependencies']['worker'] if os.environ['WITH_FETCHER'] == 'true' else [])))" \
         > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
@@ -31,7 +42,7 @@ COPY templates ./templates
 # Never run as root. /data holds the spool and the local object store: web
 # and tasks must share it (uploads are staged by web, archived by tasks).
 RUN useradd --system --uid 10001 --user-group --home-dir /data fleethq \
-    && mkdir -p /data && chown fleethq:fleethq /data
+    && mkdir -p /data /fetcher && chown fleethq:fleethq /data /fetcher
 USER fleethq
 VOLUME ["/data"]
 EXPOSE 8400

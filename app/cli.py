@@ -144,6 +144,8 @@ _POLICY_HELP = {
     "worker_claim_qps": "claims per second per worker; empty means unlimited",
     "max_jobs_per_claim": "1..256 (0 means 256)",
     "client_versions": "comma-separated allowed worker client versions",
+    "fallback_after_seconds": "FleetHQ only: 0..86400 (default 60), seconds a job waits before a "
+                              "fallback-tier worker may take it",
 }
 
 
@@ -511,3 +513,6 @@ def import_savewebhq(source_url, dry_run, batch_size):
 
 def init_app(app) -> None:
     app.cli.add_command(fleet)
+
+
+from app import cli_lanes  # noqa: E402,F401  (registers set-tier, remote, local-worker)

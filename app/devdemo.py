@@ -1,14 +1,14 @@
 """The demos ``make dev`` fills the master with (:mod:`app.devstack`).
 
 A generic project of 300 jobs, then the pdf demo: the local test publisher, a
-``demo-papers`` project of 50 papers and a local ``fleethq-worker`` (volume
-``./var/worker``) that fetches and archives them while a progress bar runs.
+``demo-papers`` project of 50 papers and the local fetcher (``flask fleet
+local-worker``, volume ``./var/fetcher``) that fetches and archives them while
+a progress bar runs.
 """
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 import urllib.error
@@ -71,55 +71,20 @@ def start_publisher(stack: Stack):
     return publisher
 
 
-def node_status(base: str, secret: str) -> str | None:
-    """The node's status, or None when the master does not know this secret."""
-    req = urllib.request.Request(f"{base}/api/v1/fleet/status",
-                                 headers={"Authorization": f"Bearer {secret}"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return json.loads(resp.read())["status"]
-    except urllib.error.HTTPError as exc:
-        if exc.code == 401:
-            return None
-        raise StepFailed(f"GET /api/v1/fleet/status answered {exc.code}") from exc
-
-
-def start_worker(stack: Stack, base: str, env: dict, publisher) -> None:
-    """Enroll (first run only), start ``fleethq-worker run`` and approve it."""
-    py, volume = sys.executable, stack.var / "worker"
-    identity_file = volume / "identity.json"
-    worker_env = {k: v for k, v in env.items() if not k.startswith("FLEETHQ_")}
-    if identity_file.exists():
-        identity = json.loads(identity_file.read_text())
-        if identity.get("registered") and node_status(base, identity["secret"]) is None:
-            # A fresh database does not know the old identity: enroll a new one.
-            aside = volume.with_name(f"worker.old-{int(time.time())}")
-            volume.rename(aside)
-            say("demo", f"the master does not know the worker in {volume}; moved it to {aside}")
-    if not identity_file.exists():
-        out = subprocess.run([py, "-m", "flask", "--app", "wsgi", "fleet", "enroll",
-                              "--created-by", "devstack"], env=env, capture_output=True, text=True)
-        if out.returncode != 0:
-            raise StepFailed(f"flask fleet enroll failed: {out.stderr.strip()[-500:]}")
-        worker_env["FLEETHQ_ENROLL"] = out.stdout.strip().splitlines()[-1]
-    worker_env.update({
-        "FLEETHQ_MASTER": base, "FLEETHQ_VOLUME": str(volume), "FLEETHQ_PROJECTS": PDF_PROJECT,
-        "FLEETHQ_ALLOW_HTTP": "true", "FLEETHQ_CONCURRENCY": "4",
-        "FLEETHQ_CLIENT_VERSION": WORKER_VERSION, "FLEETHQ_WORKER_NAME": "devstack-local",
-        "FLEETHQ_DOI_RESOLVER": f"{publisher.url}/doi/",
-        "FLEETHQ_FETCH_ALLOW_NETWORKS": f"{publisher.host}/32",   # the publisher, nothing else local
-        "FLEETHQ_LOG_LEVEL": os.environ.get("FLEETHQ_LOG_LEVEL", "WARNING"), "PYTHONUNBUFFERED": "1"})
-    stack.spawn("worker", [py, "-m", "workers.runner.cli", "run"], worker_env)
-    deadline = time.monotonic() + 60
-    while not (identity_file.exists() and json.loads(identity_file.read_text()).get("registered")):
-        stack.check_children()
-        if time.monotonic() > deadline:
-            raise StepFailed("the worker did not register within 60 s")
-        time.sleep(0.2)
-    identity = json.loads(identity_file.read_text())
-    if node_status(base, identity["secret"]) == "pending":
-        stack.run_step("approve", [py, "-m", "flask", "--app", "wsgi", "fleet", "worker", "approve",
-                                   identity["worker_id"]], env)
+def start_fetcher(stack: Stack, base: str, env: dict, publisher) -> None:
+    """The local fetcher (``flask fleet local-worker``, volume ``./var/fetcher``):
+    its node is created and approved on the first run and found again on the
+    next; it fetches from the local publisher only."""
+    py = sys.executable
+    fetcher_env = {**env, "FLEETHQ_LOG_LEVEL": os.environ.get("FLEETHQ_LOG_LEVEL", "WARNING")}
+    stack.spawn("fetcher", [
+        py, "-m", "flask", "--app", "wsgi", "fleet", "local-worker",
+        "--volume", str(stack.var / "fetcher"), "--master-url", base, "--concurrency", "4",
+        "--name", "devstack-fetcher", "--",
+        "--project", PDF_PROJECT, "--client-version", WORKER_VERSION,
+        "--doi-resolver", f"{publisher.url}/doi/",
+        "--allow-networks", f"{publisher.host}/32"],   # the publisher, nothing else local
+        fetcher_env)
 
 
 def pdf_demo(stack: Stack, base: str, token: str, env: dict) -> None:
@@ -132,7 +97,7 @@ def pdf_demo(stack: Stack, base: str, token: str, env: dict) -> None:
                  {"jobs": [{"value": v} for v in values]})
     say("demo", f"project {PDF_PROJECT!r}: {result.get('submitted')} papers submitted, "
                 f"{result.get('inserted')} new")
-    start_worker(stack, base, env, publisher)
+    start_fetcher(stack, base, env, publisher)
     counts = watch_progress(stack, base, token)
     say("demo", summary(base, token, env["DATABASE_URL"], counts))
 

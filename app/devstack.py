@@ -4,9 +4,10 @@ Starts embedded PostgreSQL (``./var/pg``) and Redis (``./var/redis.sock``)
 unless ``DATABASE_URL`` / ``REDIS_URL`` are set, migrates, creates the
 development admin, runs web + tasks + clock as children with prefixed output,
 waits for ``/readyz``, and fills a demo project. Then the pdf demo: the local
-test publisher, a ``demo-papers`` project of 50 papers, and a local
-``fleethq-worker`` (volume ``./var/worker``) that fetches and archives them
-while a progress bar runs. Ctrl-C or SIGTERM stops the children, then the
+test publisher, a ``demo-papers`` project of 50 papers, and the ``fetcher``
+(``flask fleet local-worker``, the Procfile's local lane, volume
+``./var/fetcher``) that fetches and archives them while a progress bar runs.
+With ``--no-demo`` there is no pdf project for it, so no fetcher starts. Ctrl-C or SIGTERM stops the children, then the
 publisher, Redis and PostgreSQL.
 
     python -m app.devstack [--no-demo] [--stop]

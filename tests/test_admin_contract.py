@@ -221,7 +221,7 @@ def test_put_keeps_the_kind_and_fleethq_fields_of_an_existing_project(api):
     after = _ok(api.call("GET", f"{FLEETHQ}/papers"))
     kept = ("kind", "max_in_flight", "max_worker_in_flight", "retry_backoff_seconds",
             "prefer_new_worker", "task_timeout_seconds", "attempt_timeout_seconds",
-            "upload_timeout_seconds", "max_worker_attempts")
+            "upload_timeout_seconds", "max_worker_attempts", "fallback_after_seconds")
     assert {k: after[k] for k in kept} == {k: before[k] for k in kept}
     assert after["max_worker_attempts"] == 7
     assert after["kind"] == "pdf" and after["max_in_flight"] == 16

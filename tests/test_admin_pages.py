@@ -472,6 +472,35 @@ def test_stale_heartbeat_is_flagged(pages, app, client):
     assert "· stale" in page and "1 stale" in page
 
 
+def test_workers_page_sets_a_tier_and_flips_the_remote_switch(pages, app, client, api):
+    node = Node(client, app, name="split-host")
+    page = pages.text("/admin/workers")
+    assert f'action="/admin/workers/node/{node.node_id}/tier"' in page
+    message, page = pages.act(f"/admin/workers/node/{node.node_id}/tier", {"tier": "fallback"})
+    assert message == f"Worker {node.node_id} is now fallback."
+    assert sql(app, "SELECT tier FROM fleet_nodes WHERE id = :n", n=node.node_id)[0][0] == "fallback"
+    message, _ = pages.act(f"/admin/workers/node/{node.node_id}/tier", {"tier": "second"},
+                           expect="error")
+    assert "tier must be one of first, fallback" in message
+    # Without the CSRF token the form is refused and nothing changes.
+    response = client.post(f"/admin/workers/node/{node.node_id}/tier", data={"tier": "first"})
+    assert response.status_code in (400, 403)
+    assert sql(app, "SELECT tier FROM fleet_nodes WHERE id = :n", n=node.node_id)[0][0] == "fallback"
+
+    assert "Remote delegation: on" in page
+    message, _ = pages.act("/admin/workers/remote", {"remote": "off"}, expect="error")
+    assert "confirm" in message  # stopping every remote claim needs the box ticked
+    message, page = pages.act("/admin/workers/remote", {"remote": "off", "confirm": "yes"})
+    assert message == "Remote delegation is off."
+    assert 'id="remote-on"' in page
+    api.put_project("gen")
+    api.enqueue("gen", values(1))
+    assert body(node.claim("gen"))["jobs"] == []
+    message, _ = pages.act("/admin/workers/remote", {"remote": "on"})
+    assert message == "Remote delegation is on."
+    assert len(body(node.claim("gen"))["jobs"]) == 1
+
+
 def test_token_worker_drain_and_revoke(pages, client, make_user):
     token = make_user("alice", ["worker"])
     response = client.post("/api/v1/fleet/heartbeat", headers={"Authorization": f"Bearer {token}",

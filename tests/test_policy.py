@@ -16,7 +16,7 @@ POLICY_KEYS = {"kind", "status", "identity_mode", "claim_order", "dispatch_qps",
                "max_jobs_per_claim", "max_resets", "recommended_lease_seconds",
                "retry_backoff_seconds", "client_versions", "max_in_flight", "max_worker_in_flight",
                "prefer_new_worker", "max_worker_attempts", "task_timeout_seconds",
-               "attempt_timeout_seconds", "upload_timeout_seconds"}
+               "attempt_timeout_seconds", "upload_timeout_seconds", "fallback_after_seconds"}
 SUMMARY_KEYS = POLICY_KEYS | {"id", "policy_version", "job_counts", "created_at", "updated_at"}
 WORKER_POLICY_KEYS = {"project_id", "dispatch_qps", "worker_claim_qps", "max_jobs_per_claim",
                       "recommended_lease_seconds", "policy_version", "refresh_after_ms"}
@@ -28,7 +28,7 @@ GENERIC_DEFAULTS = {
     "recommended_lease_seconds": 300, "retry_backoff_seconds": 0, "max_in_flight": None,
     "max_worker_in_flight": None, "prefer_new_worker": False, "max_worker_attempts": None,
     "task_timeout_seconds": None,
-    "attempt_timeout_seconds": None, "upload_timeout_seconds": 120,
+    "attempt_timeout_seconds": None, "upload_timeout_seconds": 120, "fallback_after_seconds": 60,
 }
 PDF_DEFAULTS = {
     **GENERIC_DEFAULTS, "kind": "pdf", "retry_backoff_seconds": 30, "max_in_flight": 6,
@@ -200,9 +200,11 @@ def test_versioned_change_bumps_policy_version(api, field):
 
 
 def test_status_and_claim_order_do_not_bump_policy_version(api):
-    """Workers never see the claim order (the server applies it) and learn
-    the status from 409 project_not_active: no reason to re-read the policy."""
+    """Workers never see the claim order or the fallback wait (the server
+    applies them) and learn the status from 409 project_not_active: no reason
+    to re-read the policy."""
     api.put_project("p")
+    assert _patch(api, "p", fallback_after_seconds=5)["policy_version"] == 1
     assert _patch(api, "p", status="draining")["policy_version"] == 1
     assert _patch(api, "p", status="active")["policy_version"] == 1
     assert _patch(api, "p", claim_order="random")["policy_version"] == 1
@@ -239,6 +241,8 @@ INVALID_FIELDS = [
     ("dispatch_qps", [1]), ("worker_claim_qps", 0), ("worker_claim_qps", -0.5),
     ("task_timeout_seconds", 59), ("attempt_timeout_seconds", 14),
     ("upload_timeout_seconds", 9), ("upload_timeout_seconds", 601), ("upload_timeout_seconds", None),
+    ("fallback_after_seconds", -1), ("fallback_after_seconds", 86401),
+    ("fallback_after_seconds", None), ("fallback_after_seconds", 1.5),
     ("client_versions", [f"v{i}" for i in range(65)]), ("client_versions", "v1"),
     ("client_versions", [1]), ("client_versions", [""]), ("client_versions", [" v1"]),
     ("client_versions", ["v1\t"]), ("client_versions", ["v1", "v2", "v1"]),
@@ -287,7 +291,7 @@ VALID_EDGES = [
     ("max_worker_in_flight", 1), ("max_worker_attempts", 1), ("max_worker_attempts", 20),
     ("client_versions", [f"v{i}" for i in range(64)]),
     ("client_versions", []), ("client_versions", ["x" * 128]), ("client_versions", ["é" * 64]),
-    ("client_versions", ["v 1"]),
+    ("client_versions", ["v 1"]), ("fallback_after_seconds", 0), ("fallback_after_seconds", 86400),
 ]
 
 

@@ -344,6 +344,9 @@ DATABASE_COMMANDS = {
     "release-held": ["1"],
     "add-hook": ["p", "--name", "n", "--url", "https://hooks.example.org/h"],
     "import-savewebhq": ["--from-database-url", "{target}", "--dry-run"],
+    "set-tier": ["node-0123456789abcdef", "fallback"],
+    "remote": ["off"],
+    "local-worker": ["--volume", "{volume}"],
 }
 NO_DATABASE_COMMANDS = {"web-keygen"}
 
@@ -365,7 +368,8 @@ def test_every_command_reports_an_unreachable_database_in_one_line(command, tmp_
     token.chmod(0o600)
     url = closed_port_url()
     application = make_app(url, check_schema=False)
-    args = [a.format(source=source, token=token, target=url) for a in DATABASE_COMMANDS[command]]
+    args = [a.format(source=source, token=token, target=url, volume=tmp_path / "fetcher")
+            for a in DATABASE_COMMANDS[command]]
     result = cli(application, command, *args)
     assert_one_line_error(result, "cannot connect to the database", url)
     assert "Traceback" not in result.output

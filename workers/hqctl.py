@@ -62,7 +62,7 @@ POLICY_FLAGS = {
     "upload_timeout_seconds": (int, "S"), "max_in_flight": (_NULL_INT, "N|null"),
     "max_worker_in_flight": (_NULL_INT, "N|null"), "task_timeout_seconds": (_NULL_INT, "S|null"),
     "attempt_timeout_seconds": (_NULL_INT, "S|null"), "prefer_new_worker": (_boolean, "true|false"),
-    "max_worker_attempts": (_NULL_INT, "N|null"),
+    "max_worker_attempts": (_NULL_INT, "N|null"), "fallback_after_seconds": (int, "S"),
 }
 CREATE_FLAGS = {"kind": (str, "generic|pdf"), "identity_mode": (str, "|".join(IDENTITY_MODES))}
 

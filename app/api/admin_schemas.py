@@ -100,6 +100,7 @@ _POLICY = {
     **{name: v.int_range(lo, INT32_MAX, nullable=True) for name, lo in _NULLABLE_MIN.items()},
     "prefer_new_worker": v.boolean, "upload_timeout_seconds": v.int_range(10, 600),
     "max_worker_attempts": v.int_range(1, MAX_WORKER_ATTEMPTS, nullable=True),
+    "fallback_after_seconds": v.int_range(0, 86400),
 }
 for _name, _text in HELP.items():
     _POLICY[_name] = _POLICY[_name].describe(_text)

@@ -17,6 +17,7 @@ from app.accounts.service import Principal
 from app.errors import InvalidToken, PermissionDenied, UpgradeRequired
 from app.extensions import db
 from app.fleet import service as fleet
+from app.fleet.lanes import Lane
 from app.projects import service as projects
 from app.projects.leasing import Worker
 from workers.protocol import CLIENT_VERSION_HEADER, CLIENT_VERSION_HEADER_ALIAS
@@ -30,6 +31,7 @@ class WorkerCall:
     worker: Worker
     status: str                 # node or token-worker status: active, draining, pending…
     heartbeat_age_s: float | None
+    lane: Lane = Lane()
     # The user the worker map names for this worker id now (token workers;
     # None when unmapped), read in the same round trip so that an unchanged
     # mapping costs no statement of its own.
@@ -63,14 +65,14 @@ def principal() -> Principal:
 
 _NODE_CALL = f"""
 SELECT n.id, n.status, n.secret_hash,
-       extract(epoch FROM now() - n.last_heartbeat_at), {projects.VIEW_COLUMNS}
+       extract(epoch FROM now() - n.last_heartbeat_at), n.tier, n.local, {projects.VIEW_COLUMNS}
 FROM fleet_nodes n LEFT JOIN projects p ON p.id = :p
 WHERE n.secret_hash = :h
 """
 
 _TOKEN_CALL = f"""
 SELECT {accounts.TOKEN_LOOKUP_COLUMNS}, tw.status,
-       extract(epoch FROM now() - tw.last_heartbeat_at), wu.user_id, {projects.VIEW_COLUMNS}
+       extract(epoch FROM now() - tw.last_heartbeat_at), tw.tier, wu.user_id, {projects.VIEW_COLUMNS}
 FROM {accounts.TOKEN_LOOKUP_FROM}
 LEFT JOIN projects p ON p.id = :p
 LEFT JOIN token_workers tw ON tw.user_id = u.id AND tw.worker_id = :w
@@ -99,8 +101,8 @@ def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
             raise PermissionDenied("node is waiting for approval")
         if worker_id is not None and worker_id != row[0]:
             raise PermissionDenied("a node's worker_id is its node id")
-        status, age = row[1], row[3]
-        project = _project(project_id, row[4:])
+        status, age, lane = row[1], row[3], Lane(row[4], row[5])
+        project = _project(project_id, row[6:])
         worker = Worker(worker_id=row[0], owner=None)
         mapped = None
     else:
@@ -109,18 +111,18 @@ def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
         if row is None:
             raise InvalidToken("invalid machine token")
         who = accounts.authenticate(token, row=row[:4])
-        status, age = row[4] or "active", row[5]
+        status, age, lane = row[4] or "active", row[5], Lane(row[6] or "first")
         # As SavewebHQ: an unknown project is 404 whoever asks; then the user
         # must be an active worker.
-        project = _project(project_id, row[7:])
+        project = _project(project_id, row[8:])
         if not _active_user_with(who, ("worker",)):
             raise PermissionDenied("active worker role required")
         if status == "revoked":
             raise PermissionDenied("this worker id was revoked")
         worker = Worker(worker_id=worker_id, owner=who.user_id)
-        mapped = row[6]
+        mapped = row[7]
     g.principal = who
-    return WorkerCall(who, project, worker, status, None if age is None else float(age), mapped)
+    return WorkerCall(who, project, worker, status, None if age is None else float(age), lane, mapped)
 
 
 def _project(project_id: str, project_row) -> "projects.ProjectView":

@@ -68,6 +68,10 @@ FLEET_WORKER = v.named("FleetWorker", {
     "created_at": v.timestamp, "last_heartbeat_at": v.timestamp.or_null(),
     "heartbeat_age_s": v.number(nullable=True), "stale": v.boolean,
     "held_files": v.int_range(0, v.INT64_MAX), "held_bytes": v.int_range(0, v.INT64_MAX),
+    "tier": v.one_of("first", "fallback").describe(
+        "first: offered every job; fallback: a job only once it waited the project's "
+        "fallback_after_seconds, or while no first-choice worker is free"),
+    "local": v.boolean.describe("the master's own fetcher (flask fleet local-worker)"),
 })
 REMOTE_JOB = v.named("RemoteJob", {
     "job_id": v.int_range(1, v.INT64_MAX), "project_id": v.identifier, "id": v.text.or_null(),

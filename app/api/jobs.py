@@ -13,6 +13,7 @@ from flask import current_app, jsonify
 from app.api import bp, contract
 from app.api import validate as v
 from app.api.auth import bearer, check_client_version, principal, worker_call
+from app.api.peer import client_gone, guarded_body
 from app.errors import Conflict, RateLimited
 from app.extensions import db
 from app.fleet import service as fleet
@@ -199,8 +200,7 @@ def claim(project_id):
     if worker.owner is not None:
         fleet.note_token_worker(worker.owner, worker.worker_id)
     if call.status == "draining":  # finishes its work, gets no more
-        return jsonify(project_id=project_id, jobs=[], retry_after_ms=leasing.IDLE_RETRY_MS,
-                       policy_version=project.policy_version)
+        return _empty_claim(project)
     if project.kind == "pdf" and (call.heartbeat_age_s is None
                                   or call.heartbeat_age_s > current_app.config["NODE_LEASE_S"]):
         raise Conflict("pdf projects need a fresh heartbeat before claiming "
@@ -211,25 +211,46 @@ def claim(project_id):
     reap_limit = current_app.config["CLAIM_REAP_LIMIT"]
     listener = wakeups.listener(current_app.config["LISTEN_DSN"]) if wait_s else None
     while True:
+        if client_gone():  # nobody to answer: lease nothing
+            claim_audit.record(project, worker.worker_id, 0, body.get("policy_version"))
+            return _empty_claim(project)
         seen = listener.generation(project_id) if listener else None
         try:
             result = leasing.claim(project, worker, max_jobs=body["max_jobs"],
                                    lease_seconds=body["lease_seconds"], accept_types=accept,
                                    reap_limit=reap_limit,
-                                   fresh_after_s=current_app.config["NODE_LEASE_S"])
+                                   fresh_after_s=current_app.config["NODE_LEASE_S"],
+                                   lane=call.lane,
+                                   stale_after_s=current_app.config["WORKER_STALE_S"])
         except RateLimited:
             claim_audit.record(project, worker.worker_id, 0, body.get("policy_version"))
             raise
         left = deadline - time.monotonic()
         if result.jobs or left <= 0:
             break
-        soonest = leasing.next_claimable_in(project_id)
+        wake_in = [left, leasing.next_claimable_in(project_id), result.recheck_s]
         db.session.commit()  # hand the connection back while we sleep
-        listener.wait(project_id, seen, left if soonest is None else min(left, soonest + 0.005))
+        listener.wait(project_id, seen, min(w + 0.005 for w in wake_in if w is not None))
         project = service.view(project_id)
-    claim_audit.record(project, worker.worker_id, len(result.jobs), body.get("policy_version"))
-    return jsonify(project_id=project_id, jobs=result.jobs, retry_after_ms=result.retry_after_ms,
-                   policy_version=result.policy_version)
+    attempt_ids = [int(job["attempt_id"]) for job in result.jobs]
+    gone = bool(attempt_ids) and client_gone()  # went away while we leased
+    if gone:
+        leasing.release_undelivered(attempt_ids)
+    claim_audit.record(project, worker.worker_id, 0 if gone else len(result.jobs),
+                       body.get("policy_version"))
+    if gone:
+        return _empty_claim(project)
+    response = jsonify(project_id=project_id, jobs=result.jobs,
+                       retry_after_ms=result.retry_after_ms, policy_version=result.policy_version)
+    if attempt_ids:
+        response.response = guarded_body(response.get_data(),
+                                          lambda: leasing.release_undelivered(attempt_ids))
+    return response
+
+
+def _empty_claim(project):
+    return jsonify(project_id=project.id, jobs=[], retry_after_ms=leasing.IDLE_RETRY_MS,
+                   policy_version=project.policy_version)
 
 
 @bp.post("/projects/<project_id>/jobs/complete")

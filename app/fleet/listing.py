@@ -22,14 +22,14 @@ SELECT * FROM (
            n.browser_ok, n.disk_free_bytes, n.spool_bytes, n.last_error, n.created_at,
            n.last_heartbeat_at, extract(epoch FROM now() - n.last_heartbeat_at) AS heartbeat_age_s,
            COALESCE(l.running, 0) AS running, COALESCE(h.files, 0) AS held_files,
-           COALESCE(h.bytes, 0) AS held_bytes
+           COALESCE(h.bytes, 0) AS held_bytes, n.tier, n.local
     FROM fleet_nodes n LEFT JOIN live l ON l.worker_id = n.id AND l.worker_owner IS NULL
     LEFT JOIN held h ON h.worker_id = n.id AND h.worker_owner IS NULL
     UNION ALL
     SELECT 'token', t.worker_id, t.user_id, t.worker_id, t.status, t.capacity, t.browser_ok,
            t.disk_free_bytes, t.spool_bytes, t.last_error, t.first_seen_at, t.last_heartbeat_at,
            extract(epoch FROM now() - GREATEST(t.last_heartbeat_at, t.last_seen_at)),
-           COALESCE(l.running, 0), COALESCE(h.files, 0), COALESCE(h.bytes, 0)
+           COALESCE(l.running, 0), COALESCE(h.files, 0), COALESCE(h.bytes, 0), t.tier, false
     FROM token_workers t LEFT JOIN live l ON l.worker_id = t.worker_id AND l.worker_owner = t.user_id
     LEFT JOIN held h ON h.worker_id = t.worker_id AND h.worker_owner = t.user_id
 ) w
@@ -52,6 +52,7 @@ def workers(stale_after_s: float, limit: int = MAX_ROWS) -> list[dict]:
             "last_heartbeat_at": int(r["last_heartbeat_at"].timestamp()) if r["last_heartbeat_at"] else None,
             "heartbeat_age_s": age, "stale": age is None or age > stale_after_s,
             "held_files": int(r["held_files"]), "held_bytes": int(r["held_bytes"]),
+            "tier": r["tier"], "local": bool(r["local"]),
         })
     return out
 

@@ -7,13 +7,16 @@ revoked the same way.
 """
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Boolean, CheckConstraint, DateTime, Integer, String, Text, func
+from sqlalchemy import BigInteger, Boolean, CheckConstraint, DateTime, Integer, String, Text, func, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
 
 NODE_STATUSES = ("pending", "active", "draining", "rejected", "revoked")
 TOKEN_WORKER_STATUSES = ("active", "draining", "revoked")
+# first: offered every job; fallback: offered a job only once it has waited
+# the project's fallback_after_seconds, or while no first-choice worker is free.
+TIERS = ("first", "fallback")
 
 
 class EnrollmentCredential(db.Model):
@@ -36,6 +39,7 @@ class _Heartbeat:
     disk_free_bytes = mapped_column(BigInteger)
     spool_bytes = mapped_column(BigInteger)
     last_error = mapped_column(Text)
+    tier: Mapped[str] = mapped_column(Text, nullable=False, server_default="first")
 
 
 class FleetNode(_Heartbeat, db.Model):
@@ -43,6 +47,7 @@ class FleetNode(_Heartbeat, db.Model):
     __table_args__ = (
         CheckConstraint("status IN ('pending', 'active', 'draining', 'rejected', 'revoked')",
                         name="status"),
+        CheckConstraint("tier IN ('first', 'fallback')", name="tier"),
     )
 
     id: Mapped[str] = mapped_column(String(128), primary_key=True)
@@ -54,12 +59,27 @@ class FleetNode(_Heartbeat, db.Model):
     updated_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
     decided_at = mapped_column(DateTime(timezone=True))
     decided_by = mapped_column(Text)
+    # The master's own fetcher (flask fleet local-worker): the remote switch
+    # never stops it.
+    local: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
+
+
+class MasterSetting(db.Model):
+    """A master-wide switch every web process reads from PostgreSQL; a
+    missing row means the switch's default (on)."""
+    __tablename__ = "master_settings"
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    enabled: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    updated_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+    updated_by = mapped_column(Text)
 
 
 class TokenWorker(_Heartbeat, db.Model):
     __tablename__ = "token_workers"
     __table_args__ = (
         CheckConstraint("status IN ('active', 'draining', 'revoked')", name="status"),
+        CheckConstraint("tier IN ('first', 'fallback')", name="tier"),
     )
 
     user_id: Mapped[str] = mapped_column(String(128), primary_key=True)

@@ -16,7 +16,7 @@ PAGE_SIZE = 50
 NULLABLE_INTS = {"max_in_flight", "max_worker_in_flight", "task_timeout_seconds",
                  "attempt_timeout_seconds", "max_worker_attempts"}
 INTS = {"max_jobs_per_claim", "max_resets", "recommended_lease_seconds", "retry_backoff_seconds",
-        "upload_timeout_seconds"} | NULLABLE_INTS
+        "upload_timeout_seconds", "fallback_after_seconds"} | NULLABLE_INTS
 RATES = {"dispatch_qps", "worker_claim_qps"}
 EDITABLE = tuple(f for f in policy.POLICY_FIELDS if f not in policy.FIXED_FIELDS)
 

@@ -1,5 +1,6 @@
 """``/admin/workers``: enrolled nodes and token workers, their health, and
-the fleet actions (approve, reject, drain, enable, revoke), and releasing the
+the fleet actions (approve, reject, drain, enable, revoke), each worker's tier
+(first choice or fallback), the master-wide remote switch, and releasing the
 held files of revoked workers (DESIGN §8.7).
 
 Fleet actions need a human (DESIGN §11), so each one goes through a
@@ -12,8 +13,9 @@ from datetime import timedelta
 
 from flask import abort, current_app, render_template, request, send_file
 
-from app.fleet import listing
+from app.fleet import lanes, listing
 from app.fleet import service as fleet
+from app.fleet.models import TIERS
 from app.pages import admin_lookups, aggregates
 from app.pages.admin import actor, attempt, bp, refuse, shown_once
 from app.uploads import held
@@ -44,6 +46,7 @@ def workers():
     searched = request.args.get("worker_id", "").strip()
     return render_template("admin/workers.html", workers=rows, stale_after_s=stale_s,
                            summary=aggregates.workers_summary(stale_s), searched=searched,
+                           tiers=TIERS, remote_enabled=lanes.remote_enabled(),
                            owners=admin_lookups.worker_owners(searched) if searched else None)
 
 
@@ -96,6 +99,36 @@ def decide_token_worker(user_id, worker_id, action):
     return attempt(lambda: fleet.decide_token_worker(user_id, worker_id, action),
                    lambda w: f"Token worker {w.user_id}/{w.worker_id} is now {w.status}.",
                    "admin.workers")
+
+
+def _tier_message(row: dict) -> str:
+    who = f"{row['user_id']}/{row['worker_id']}" if row.get("user_id") else row["worker_id"]
+    return f"Worker {who} is now {'first choice' if row['tier'] == 'first' else 'fallback'}."
+
+
+@bp.post("/workers/node/<node_id>/tier")
+def set_node_tier(node_id):
+    return attempt(lambda: lanes.set_tier(node_id, request.form.get("tier", "")), _tier_message,
+                   "admin.workers")
+
+
+@bp.post("/workers/token/<user_id>/<worker_id>/tier")
+def set_token_worker_tier(user_id, worker_id):
+    return attempt(lambda: lanes.set_tier(worker_id, request.form.get("tier", ""), user_id),
+                   _tier_message, "admin.workers")
+
+
+@bp.post("/workers/remote")
+def set_remote():
+    """The remote switch. Turning it off stops every remote claim at once, so
+    it asks for the same confirmation as the fleet actions."""
+    wanted = request.form.get("remote")
+    if wanted not in ("on", "off"):
+        return refuse("Choose on or off for remote delegation.", "admin.workers")
+    if wanted == "off" and request.form.get("confirm") != "yes":
+        return refuse("Tick the box to confirm: stop remote delegation.", "admin.workers")
+    return attempt(lambda: lanes.set_remote(wanted == "on", actor()),
+                   lambda r: f"Remote delegation is {r['remote']}.", "admin.workers")
 
 
 def _release_held(worker_id: str, user_id: str | None, endpoint: str, **values):

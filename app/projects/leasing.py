@@ -18,6 +18,7 @@ from sqlalchemy import text
 
 from app.errors import Conflict, RateLimited
 from app.extensions import db
+from app.fleet.lanes import REMOTE_ON_SQL, Lane, first_choice_free
 from app.projects import ratelimit, states, wakeups
 from app.projects.models import Project, savewebhq_state
 
@@ -39,6 +40,9 @@ class ClaimResult:
     jobs: list[dict]
     retry_after_ms: int = IDLE_RETRY_MS
     policy_version: int = 1
+    # Set when the tier rule held jobs back from a fallback worker: a long
+    # poll asks again this soon (jobs become old enough without any notice).
+    recheck_s: float | None = None
 
 
 def _stale(message: str) -> dict:
@@ -69,7 +73,7 @@ WITH {fresh_cte} picked AS (
     SELECT id, {deadline} AS deadline_at FROM jobs
     WHERE project_id = :p AND state = 'todo' AND not_before <= now()
       AND (deadline_at IS NULL OR deadline_at > now()) {type_filter} {prefer_filter} {pdf_filter}
-      AND {worker_allowed}
+      AND {worker_allowed} {lane_filter}
     ORDER BY {order}
     LIMIT :n
     FOR UPDATE SKIP LOCKED
@@ -128,14 +132,37 @@ _WORKER_CAP = f"""AND (attempts_count < :max_workers
       OR {states.distinct_workers('jobs.id')} < :max_workers)"""
 
 
+# A fallback worker while a first-choice worker is free: only jobs that
+# became claimable at least fallback_after_seconds ago. not_before is never
+# before created_at, so the created_at bound is implied; it is there because
+# ix_jobs_todo_fifo can range-scan it (fresh jobs are not even visited).
+_FALLBACK_WAITED = """AND created_at <= now() - make_interval(secs => :fallback_after)
+      AND not_before <= now() - make_interval(secs => :fallback_after)"""
+
+# How soon a long poll held back by the tier rule asks again.
+FALLBACK_RECHECK_S = 1.0
+
+
+def _lane_filter(project: Project, lane: Lane, stale_s: float) -> tuple[str, bool]:
+    """The claim's lane conditions and whether the tier rule holds jobs back:
+    remote workers claim only while the remote switch is on; a fallback
+    worker waits for old jobs while some first-choice worker is free."""
+    parts = [] if lane.local else [REMOTE_ON_SQL]
+    held = lane.tier == "fallback" and first_choice_free(
+        project.id, project.max_worker_in_flight, stale_s)
+    if held:
+        parts.append(_FALLBACK_WAITED)
+    return " ".join(parts), held
+
+
 def _claim_sql(order: str, accept_types: tuple[str, ...], prefer_new_worker: bool = False,
-               worker_cap: bool = False) -> str:
+               worker_cap: bool = False, lane_filter: str = "") -> str:
     type_filter = "" if set(accept_types) >= {"seed", "asset"} else "AND type = ANY(:types)"
     return _CLAIM_SQL.format(order=_ORDERS[order], type_filter=type_filter,
                              fresh_cte=_FRESH_WORKERS if prefer_new_worker else "",
                              prefer_filter=_PREFER_NEW if prefer_new_worker else "",
                              pdf_filter=_WORKER_CAP if worker_cap else "",
-                             worker_allowed=_WORKER_ALLOWED,
+                             worker_allowed=_WORKER_ALLOWED, lane_filter=lane_filter,
                              deadline=states.first_claim_deadline(":task_timeout"))
 
 
@@ -197,8 +224,13 @@ def _dispatch_limit(project: Project, worker: Worker, want: int) -> tuple[int, f
 
 def claim(project: Project, worker: Worker, *, max_jobs: int, lease_seconds: int,
           accept_types: tuple[str, ...], reap_limit: int = 64,
-          fresh_after_s: float = 60.0) -> ClaimResult:
+          fresh_after_s: float = 60.0, lane: Lane = Lane(),
+          stale_after_s: float = 90.0) -> ClaimResult:
     """Claim up to ``max_jobs`` jobs for ``worker`` in one statement. Commits.
+
+    ``lane`` is the worker's tier and locality (app.fleet.lanes); a
+    first-choice worker counts as free for the tier rule while its heartbeat
+    is younger than ``stale_after_s``.
 
     When the queue cannot fill the claim, expired leases of this project are
     reset first (at most ``reap_limit``) and the claim is topped up: a busy
@@ -228,12 +260,14 @@ def claim(project: Project, worker: Worker, *, max_jobs: int, lease_seconds: int
                 raise RateLimited("project dispatch rate exceeded", retry_after_ms=delay,
                                   details={"dispatch_qps": project.dispatch_qps})
             return ClaimResult([], IDLE_RETRY_MS, project.policy_version)
+    lane_filter, held = _lane_filter(project, lane, stale_after_s)
     sql = text(_claim_sql(project.claim_order, accept_types, project.prefer_new_worker,
-                          project.max_worker_attempts is not None))
+                          project.max_worker_attempts is not None, lane_filter))
     params = {"p": project.id, "w": worker.worker_id, "o": worker.owner, "n": want,
               "lease": float(lease_seconds), "attempt_timeout": project.attempt_timeout_seconds,
               "task_timeout": project.task_timeout_seconds, "max_workers": project.max_worker_attempts,
-              "types": list(accept_types), "fresh_s": float(fresh_after_s)}
+              "types": list(accept_types), "fresh_s": float(fresh_after_s),
+              "fallback_after": float(project.fallback_after_seconds)}
     rows = db.session.execute(sql, params).all()
     if len(rows) < want and reap_limit and not gated and reap_expired(project.id, limit=reap_limit):
         rows += db.session.execute(sql, {**params, "n": want - len(rows)}).all()
@@ -248,7 +282,44 @@ def claim(project: Project, worker: Worker, *, max_jobs: int, lease_seconds: int
         retry_ms = ratelimit.retry_after_ms(tokens - len(rows), project.dispatch_qps)
     key = (lambda r: (r[9], r[0])) if project.claim_order == "fifo" else (lambda r: (r[10], r[0]))
     return ClaimResult([_wire_job(r) for r in sorted(rows, key=key)], retry_ms,
-                       project.policy_version)
+                       project.policy_version, FALLBACK_RECHECK_S if held else None)
+
+
+_RELEASE_SQL = f"""
+WITH released AS (
+    UPDATE jobs j SET state = 'todo', lease_expires_at = NULL,
+        attempts_count = GREATEST(j.attempts_count - 1, 0), updated_at = now(),
+        -- a first claim nobody received starts no task deadline
+        deadline_at = CASE WHEN j.attempts_count <= 1 THEN NULL ELSE j.deadline_at END
+    FROM attempts a
+    WHERE a.id = ANY(:ids) AND j.id = a.job_id AND j.current_attempt_id = a.id
+      AND j.state = 'wip' AND a.state = 'running'
+    RETURNING a.id, j.project_id
+), att AS (
+    UPDATE attempts a SET state = 'cancelled', finished_at = now(),
+        error = jsonb_build_object('code', '{states.UNDELIVERED}',
+                                   'message', 'the claim answer could not be delivered')
+    FROM released r WHERE a.id = r.id
+)
+SELECT project_id, count(*) FROM released GROUP BY project_id
+"""
+
+
+def release_undelivered(attempt_ids: list[int]) -> int:
+    """Give back jobs whose claim answer never reached the worker (its
+    connection was closed): they are ``todo`` and claimable at once, with no
+    reset counted and the attempt not counted either (it is kept, cancelled,
+    with the error code ``claim_undelivered``). Commits.
+
+    Returns the number of jobs released.
+    """
+    if not attempt_ids:
+        return 0
+    rows = db.session.execute(text(_RELEASE_SQL), {"ids": [int(a) for a in attempt_ids]}).all()
+    for project_id, _ in rows:
+        wakeups.notify(project_id)
+    db.session.commit()
+    return sum(n for _, n in rows)
 
 
 def next_claimable_in(project_id: str) -> float | None:

@@ -57,6 +57,7 @@ class Project(db.Model):
     task_timeout_seconds = mapped_column(Integer)
     attempt_timeout_seconds = mapped_column(Integer)
     upload_timeout_seconds: Mapped[int] = mapped_column(Integer, nullable=False)
+    fallback_after_seconds: Mapped[int] = mapped_column(Integer, nullable=False, server_default="60")
     policy_version: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
     created_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
     updated_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())

@@ -24,7 +24,8 @@ POLICY_FIELDS = ("kind", "status", "identity_mode", "claim_order", "dispatch_qps
                  "max_jobs_per_claim", "max_resets", "recommended_lease_seconds",
                  "retry_backoff_seconds", "client_versions", "max_in_flight",
                  "max_worker_in_flight", "prefer_new_worker", "max_worker_attempts",
-                 "task_timeout_seconds", "attempt_timeout_seconds", "upload_timeout_seconds")
+                 "task_timeout_seconds", "attempt_timeout_seconds", "upload_timeout_seconds",
+                 "fallback_after_seconds")
 
 
 # What the fields whose range does not say it all mean: the API document,
@@ -37,6 +38,9 @@ HELP = {
                             "its first claim, not from enqueue: a job waiting in the queue never "
                             "expires, and its retries keep the deadline the first claim set "
                             "(pdf default 900)",
+    "fallback_after_seconds": "seconds a claimable job waits before a fallback-tier worker may "
+                              "take it while a first-choice worker has free capacity (0..86400, "
+                              "default 60)",
 }
 
 
@@ -61,6 +65,8 @@ def defaults(kind: str) -> dict:
         "task_timeout_seconds": 900 if pdf else None,
         "attempt_timeout_seconds": 360 if pdf else None,
         "upload_timeout_seconds": 120,
+        # Applied by the server alone (like claim_order), so not versioned.
+        "fallback_after_seconds": 60,
     }
 
 
@@ -136,6 +142,7 @@ RULES = {
     "task_timeout_seconds": _int_range(60, 2**31 - 1, nullable=True),
     "attempt_timeout_seconds": _int_range(15, 2**31 - 1, nullable=True),
     "upload_timeout_seconds": _int_range(10, 600),
+    "fallback_after_seconds": _int_range(0, 86400),
 }
 
 

@@ -42,6 +42,7 @@ class ProjectView:
     task_timeout_seconds: int | None
     attempt_timeout_seconds: int | None
     upload_timeout_seconds: int
+    fallback_after_seconds: int
     policy_version: int
 
 
@@ -104,7 +105,7 @@ def _change(project: Project, clean: dict) -> Project:
         project.policy_version += 1
     project.updated_at = db.func.now()
     db.session.commit()
-    if clean.get("status") == "active" or bump:
+    if clean.get("status") == "active" or bump or "fallback_after_seconds" in clean:
         # A reactivated project or a looser policy may release waiting claimers.
         from app.projects import wakeups
         wakeups.notify(project.id)

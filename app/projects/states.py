@@ -26,8 +26,8 @@ JOB_TRANSITIONS = {
     ("todo", "failed"): "sweep: a retry whose task deadline passed, or a job tried by "
                         "max_worker_attempts distinct workers (leasing.sweep)",
     ("wip", "done"): "complete, generic projects (leasing.complete)",
-    ("wip", "todo"): "retryable fail, lease expiry, revoked worker (leasing); rejected upload "
-                     "(transitions.reject)",
+    ("wip", "todo"): "retryable fail, lease expiry, revoked worker, a claim answer that never "
+                     "reached its worker (leasing); rejected upload (transitions.reject)",
     ("wip", "reset_exhausted"): "the same, with max_resets used up",
     ("wip", "failed"): "non-retryable fail; a retry past the task deadline",
     ("wip", "staged"): "a verified upload is durable in the spool (transitions.stage)",
@@ -50,7 +50,8 @@ ATTEMPT_TRANSITIONS = {
     ("uploading", "failed"): "fail while uploading (leasing.fail); rejected file (transitions.reject)",
     ("running", "expired"): "lease expiry (leasing.reap_expired)",
     ("uploading", "expired"): "lease expiry (leasing.reap_expired)",
-    ("running", "cancelled"): "revoked worker (leasing.cancel_worker_attempts); superseded by a "
+    ("running", "cancelled"): "revoked worker (leasing.cancel_worker_attempts); claim answer "
+                              "undelivered (leasing.release_undelivered); superseded by a "
                               "late upload (transitions.admit)",
     ("uploading", "cancelled"): "the same",
     ("running", "uploading"): "upload admitted (transitions.admit)",
@@ -87,10 +88,15 @@ def retry_set(max_resets: str, backoff_base: str) -> str:
             f"not_before = now() + {backoff(backoff_base, 'j.resets')}, lease_expires_at = NULL")
 
 
+# The error code of an attempt whose claim answer never reached its worker.
+UNDELIVERED = "claim_undelivered"
+
+
 def distinct_workers(job_id: str) -> str:
-    """How many distinct workers have tried the job (``max_worker_attempts``)."""
+    """How many distinct workers have tried the job (``max_worker_attempts``).
+    A claim whose answer never reached its worker is no try."""
     return ("(SELECT count(DISTINCT (a.worker_id, a.worker_owner)) FROM attempts a "
-            f"WHERE a.job_id = {job_id})")
+            f"WHERE a.job_id = {job_id} AND a.error->>'code' IS DISTINCT FROM '{UNDELIVERED}')")
 
 
 def first_claim_deadline(task_timeout: str) -> str:

@@ -1,7 +1,7 @@
 """hooks: completion timeout, skipped deliveries, asset backfill
 
 Revision ID: 0009
-Revises: 0007
+Revises: 0008
 Create Date: 2026-12-01 13:00:00.000000
 
 - ``hook_consumers.completion_timeout_seconds`` (default 3600): a delivery
@@ -25,7 +25,7 @@ import sqlalchemy as sa
 
 # revision identifiers, used by Alembic.
 revision = '0009'
-down_revision = '0007'
+down_revision = '0008'
 branch_labels = None
 depends_on = None
 
