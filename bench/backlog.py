@@ -92,8 +92,9 @@ class Run:
             self.admin.post(f"{self.master.base}/api/v1/admin/projects/{name}/jobs", json={
                 "jobs": [{"value": u} for u in urls[i:i + 10_000]]}, timeout=300).raise_for_status()
 
-    def start_worker(self, index: int) -> str:
-        """Enroll, start and approve one worker program; returns its worker id."""
+    def start_worker(self, index: int, tier: str = "first") -> str:
+        """Enroll, start and approve one worker program (its tier set before
+        it may claim); returns its worker id."""
         volume = os.path.join(self.tmp, f"volume-{index}")
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETHQ_")}
         env["FLEETHQ_ENROLL"] = flask_cli(self.db_url, "enroll").splitlines()[-1]
@@ -110,6 +111,8 @@ class Run:
                 raise SystemExit(f"worker {index} did not register")
             time.sleep(0.1)
         worker_id = json.load(open(identity))["worker_id"]
+        if tier != "first":
+            flask_cli(self.db_url, "set-tier", worker_id, tier)
         flask_cli(self.db_url, "worker", "approve", worker_id)
         return worker_id
 
@@ -188,9 +191,8 @@ class Run:
         self.enqueue(PROJECT, paper_urls(self.pub, self.args.jobs))
         print(f"backlog: enqueued {self.args.jobs} pdf jobs in {time.perf_counter() - started:.1f} s "
               f"(task timeout {TASK_TIMEOUT_S} s)", flush=True)
-        ids = [self.start_worker(i) for i in range(4)]
+        ids = [self.start_worker(i) for i in range(3)] + [self.start_worker(3, tier="fallback")]
         fallback = ids[-1]
-        flask_cli(self.db_url, "set-tier", fallback, "fallback")
         run_began = time.time()
         end = time.monotonic() + self.args.minutes * 60
         while time.monotonic() < end:

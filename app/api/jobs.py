@@ -13,7 +13,7 @@ from flask import current_app, jsonify
 from app.api import bp, contract
 from app.api import validate as v
 from app.api.auth import bearer, check_client_version, principal, worker_call
-from app.api.peer import client_gone, guarded_body
+from app.api.peer import client_gone
 from app.errors import Conflict, RateLimited
 from app.extensions import db
 from app.fleet import service as fleet
@@ -240,12 +240,8 @@ def claim(project_id):
                        body.get("policy_version"))
     if gone:
         return _empty_claim(project)
-    response = jsonify(project_id=project_id, jobs=result.jobs,
-                       retry_after_ms=result.retry_after_ms, policy_version=result.policy_version)
-    if attempt_ids:
-        response.response = guarded_body(response.get_data(),
-                                          lambda: leasing.release_undelivered(attempt_ids))
-    return response
+    return jsonify(project_id=project_id, jobs=result.jobs,
+                   retry_after_ms=result.retry_after_ms, policy_version=result.policy_version)
 
 
 def _empty_claim(project):

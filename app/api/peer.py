@@ -3,15 +3,16 @@
 A long-polling claim may lease jobs long after its client went away (killed
 during the poll). Leasing to a closed connection would keep those jobs
 ``wip`` for a whole lease and cost each a reset, so the claim route asks here
-before and after leasing, and hands its answer over through
-:func:`guarded_body`, which notices when the server could not write it.
+before and after leasing and gives the jobs back at once when the client is
+gone. (A failed write of the answer itself is not watched: a write into a
+socket whose peer has just closed usually succeeds into the kernel's buffer,
+and a body generator that outlives its request would keep the request's
+context and database session open.)
 """
 from __future__ import annotations
 
 import socket
-from typing import Callable, Iterator
-
-from flask import request, stream_with_context
+from flask import request
 
 # Where the WSGI servers FleetHQ runs under expose the client socket.
 _SOCKET_KEYS = ("gunicorn.socket", "werkzeug.socket")
@@ -34,17 +35,3 @@ def client_gone() -> bool:
         return False  # a TLS socket takes no recv flags: cannot tell, assume connected
     except OSError:
         return True   # reset, or the socket is already closed
-
-
-def guarded_body(payload: bytes, on_undelivered: Callable[[], None]) -> Iterator[bytes]:
-    """A response body that calls ``on_undelivered`` when the server stops
-    before the payload was written (the write failed and it closed the body)."""
-    def body():
-        delivered = False
-        try:
-            yield payload
-            delivered = True  # the server asked for more: the payload went out
-        finally:
-            if not delivered:
-                on_undelivered()
-    return stream_with_context(body())
