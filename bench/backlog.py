@@ -102,8 +102,12 @@ class Run:
                "--volume", volume, "--project", PROJECT, "--concurrency", str(self.args.concurrency),
                "--name", f"bench-{index}", "--allow-http", "--client-version", VERSION,
                "--min-free-bytes", "0", "--allow-networks", f"{self.pub.host}/32",
-               "--log-level", "WARNING"]
-        self.workers.append(subprocess.Popen(cmd, cwd=ROOT, env=env))
+               "--log-level", self.args.log_level]
+        log = None
+        if self.args.log_dir:
+            os.makedirs(self.args.log_dir, exist_ok=True)
+            log = open(os.path.join(self.args.log_dir, f"worker-{index}.log"), "ab")
+        self.workers.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=log))
         identity = os.path.join(volume, "identity.json")
         deadline = time.monotonic() + 120
         while not (os.path.exists(identity) and json.load(open(identity)).get("registered")):
@@ -251,6 +255,8 @@ def main() -> int:
     parser.add_argument("--paper-kib", type=int, default=64)
     parser.add_argument("--fallback-after", type=int, default=60,
                         help="the project's fallback_after_seconds")
+    parser.add_argument("--log-level", default="WARNING", help="the workers' log level")
+    parser.add_argument("--log-dir", default=None, help="write the workers' logs here")
     parser.add_argument("--rate-rounds", type=int, default=3)
     parser.add_argument("--rate-claims", type=int, default=160, help="claims per measuring round")
     args = parser.parse_args()

@@ -187,6 +187,38 @@ def test_per_worker_and_global_caps_across_nodes(app, client, api):
     assert all(n <= 2 for _, n in live)
 
 
+def test_an_archived_paper_wakes_a_claim_waiting_for_a_free_slot(app, client, api):
+    """A long poll held back only by the in-flight caps goes on as soon as
+    a job of the project is archived, not at the end of its wait."""
+    pdf_project(api, "papers", max_worker_in_flight=1)
+    enqueue(api, "papers", papers(3))
+    node = live_node(client, app)
+    [job] = claimed(node.claim("papers", max_jobs=1), 1)
+    sql(app, "UPDATE jobs SET state = 'staged' WHERE id = :j", j=job["job_id"])
+    sql(app, "UPDATE attempts SET state = 'staged' WHERE id = :a", a=int(job["attempt_id"]))
+    sql(app, "INSERT INTO uploads (attempt_id, job_id, project_id, worker_id, state, sha256, size) "
+             "VALUES (:a, :j, 'papers', :w, 'staged', repeat('0', 64), 1)",
+        a=int(job["attempt_id"]), j=job["job_id"], w=node.node_id)
+    answer = {}
+
+    def waiting_claim():
+        began = time.monotonic()
+        answer["jobs"] = claimed(node.claim("papers", max_jobs=1, wait_ms=20_000))
+        answer["seconds"] = time.monotonic() - began
+
+    waiter = threading.Thread(target=waiting_claim)
+    waiter.start()
+    time.sleep(0.5)  # the claim is asleep: its one slot is taken
+    assert waiter.is_alive()
+    from app.extensions import db
+    from app.uploads import transitions
+    with app.app_context():
+        assert transitions.complete(int(job["attempt_id"]), "sha256/archived.pdf")
+        db.session.remove()
+    waiter.join(20)
+    assert len(answer["jobs"]) == 1 and answer["seconds"] < 10
+
+
 def test_parallel_claims_respect_both_caps(app, live_server, admin_token):
     session = requests.Session()
     api = Api(session, admin_token, base=live_server.url)

@@ -298,6 +298,9 @@ def complete(attempt_id: int, asset_key: str) -> bool:
     from app.hooks import deliveries
     deliveries.queue_for_asset(row[2], attempt_id, asset_key)
     _notify_receipt(attempt_id)
+    # The job no longer holds a slot of the project's in-flight caps: a claim
+    # long-polling because the caps were full goes on now, not at its timeout.
+    wakeups.notify(row[2])
     db.session.commit()
     return True
 
