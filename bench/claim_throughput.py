@@ -57,7 +57,7 @@ def sql_worker(url, project, worker_id, done_counter, lock):
     with psycopg.connect(url) as conn:
         while True:
             rows = conn.execute(CLAIM, {"p": project, "w": worker_id, "o": "bench", "n": 64,
-                                        "lease": 300.0, "attempt_timeout": None,
+                                        "lease": 300.0, "attempt_timeout": None, "task_timeout": None,
                                         "types": ["seed", "asset"]}).fetchall()
             conn.commit()
             if not rows:
