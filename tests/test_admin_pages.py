@@ -366,6 +366,26 @@ def test_user_data_is_escaped_everywhere(pages, api, app):
     assert escaped in pages.text("/admin")  # recent errors
 
 
+def test_job_page_says_when_the_task_deadline_starts(pages, api):
+    """A queued job's deadline has not started: the page says it starts at
+    the first claim, then shows the time the claim set."""
+    api.put_project("slow", task_timeout_seconds=600)
+    api.put_project("open")
+    api.enqueue("slow", [{"id": "a", "value": "v"}])
+    api.enqueue("open", [{"id": "b", "value": "v"}])
+    ids = {p: body(api.call("GET", f"/api/v1/admin/projects/{p}/jobs"))["jobs"][0]["job_id"]
+           for p in ("slow", "open")}
+
+    def deadline(job_id):
+        page = pages.text(f"/admin/jobs/{job_id}")
+        return re.search(r'id="job-deadline">([^<]*)<', page).group(1)
+
+    assert deadline(ids["slow"]) == "600 s from its first claim (not started)"
+    assert deadline(ids["open"]) == "none"
+    body(api.claim("slow", max_jobs=1))
+    assert "not started" not in deadline(ids["slow"]) and deadline(ids["slow"]).strip()
+
+
 def test_job_detail_requeue_and_delete(pages, api, app, client):
     api.put_project("jobs", max_resets=0)
     assert api.enqueue("jobs", [{"id": f"j{i}", "value": f"v{i}"} for i in range(4)]).status_code == 200

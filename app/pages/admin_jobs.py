@@ -8,7 +8,7 @@ from app.errors import Conflict, FleetError, InvalidRequest, NotFound
 from app.extensions import db
 from app.pages import admin_lookups
 from app.pages.admin import attempt, bp, decimal_id, done, explain, refuse
-from app.projects import jobs_admin
+from app.projects import jobs_admin, service
 from app.uploads import receipts
 
 MAX_BULK = 200
@@ -24,6 +24,7 @@ def job(job_id):
         abort(404)
     attempt_ids = [a["number"] for a in detail["attempt_history"]]
     return render_template("admin/job.html", project_id=project_id, job=detail,
+                           task_timeout_s=service.view(project_id).task_timeout_seconds,
                            receipts=receipts.for_job(job_id),
                            deliveries=admin_lookups.deliveries_for_attempts(project_id, attempt_ids))
 
