@@ -15,7 +15,7 @@ import psycopg
 
 from _common import VERSION, admin_token, api, fresh_database, gunicorn
 
-from app.projects import leasing
+from app.projects import leasing, outcomes
 
 
 def fill(session, base, project, jobs):
@@ -50,7 +50,7 @@ def _psycopg_sql(sql: str) -> str:
 
 
 CLAIM = _psycopg_sql(leasing._claim_sql("fifo", ("seed", "asset")))
-COMPLETE = _psycopg_sql(leasing._COMPLETE_SQL)
+COMPLETE = _psycopg_sql(outcomes._COMPLETE_SQL)
 
 
 def sql_worker(url, project, worker_id, done_counter, lock):

@@ -17,7 +17,7 @@ from app.api.peer import client_gone
 from app.errors import Conflict, RateLimited
 from app.extensions import db
 from app.fleet import service as fleet
-from app.projects import claim_audit, leasing, service, wakeups
+from app.projects import claim_audit, leasing, outcomes, service, wakeups
 from workers.protocol import JOB_TYPES, is_identifier
 
 JOB_ID = v.int_range(1, 2**63 - 1)
@@ -263,7 +263,7 @@ def complete(project_id):
     for item in body["items"]:
         item["outcome"] = _stored_outcome(item["outcome"])
         item["artifact_receipts"] = item.get("artifact_receipts") or []
-    results = leasing.complete(project, worker, body["items"])
+    results = outcomes.complete(project, worker, body["items"])
     return jsonify(results=results)
 
 
@@ -275,7 +275,7 @@ def fail(project_id):
     worker, project = call.worker, call.project
     for item in body["items"]:
         item["error"] = _stored_error(item["error"])
-    results = leasing.fail(project, worker, body["items"])
+    results = outcomes.fail(project, worker, body["items"])
     return jsonify(results=results)
 
 
@@ -285,5 +285,5 @@ def fail(project_id):
 def extend_lease(project_id):
     call, body = _worker_call(project_id, EXTEND)
     worker, project = call.worker, call.project
-    results = leasing.extend(project, worker, body["items"], body["extend_seconds"])
+    results = outcomes.extend(project, worker, body["items"], body["extend_seconds"])
     return jsonify(results=results)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 # Source files (relative to the repository root) allowed to write states.
 OWNERS = {
-    "app/projects/leasing.py": "claims, outcomes, lease expiry, the sweep, revoked workers",
+    "app/projects/leasing.py": "claims, lease expiry, the sweep, revoked workers, undelivered claims",
+    "app/projects/outcomes.py": "complete, fail and extend reported by workers",
     "app/uploads/transitions.py": "uploads: admission, staging, bad files, archive, staged expiry",
     "app/projects/jobs_admin.py": "the admin's requeue",
     "app/imports/savewebhq_write.py": "rows copied from a SavewebHQ database in the states they "
@@ -25,9 +26,9 @@ JOB_TRANSITIONS = {
     ("todo", "wip"): "claim (leasing.claim); a late upload of a reaped attempt (transitions.admit)",
     ("todo", "failed"): "sweep: a retry whose task deadline passed, or a job tried by "
                         "max_worker_attempts distinct workers (leasing.sweep)",
-    ("wip", "done"): "complete, generic projects (leasing.complete)",
-    ("wip", "todo"): "retryable fail, lease expiry, revoked worker, a claim answer that never "
-                     "reached its worker (leasing); rejected upload (transitions.reject)",
+    ("wip", "done"): "complete, generic projects (outcomes.complete)",
+    ("wip", "todo"): "retryable fail (outcomes); lease expiry, revoked worker, a claim answer "
+                     "that never reached its worker (leasing); rejected upload (transitions.reject)",
     ("wip", "reset_exhausted"): "the same, with max_resets used up",
     ("wip", "failed"): "non-retryable fail; a retry past the task deadline",
     ("wip", "staged"): "a verified upload is durable in the spool (transitions.stage)",
@@ -45,9 +46,9 @@ JOB_TRANSITIONS = {
 # (from, to) for attempts; ``None`` is "inserted".
 ATTEMPT_TRANSITIONS = {
     (None, "running"): "claim (leasing.claim)",
-    ("running", "done"): "complete, generic projects (leasing.complete)",
-    ("running", "failed"): "fail (leasing.fail)",
-    ("uploading", "failed"): "fail while uploading (leasing.fail); rejected file (transitions.reject)",
+    ("running", "done"): "complete, generic projects (outcomes.complete)",
+    ("running", "failed"): "fail (outcomes.fail)",
+    ("uploading", "failed"): "fail while uploading (outcomes.fail); rejected file (transitions.reject)",
     ("running", "expired"): "lease expiry (leasing.reap_expired)",
     ("uploading", "expired"): "lease expiry (leasing.reap_expired)",
     ("running", "cancelled"): "revoked worker (leasing.cancel_worker_attempts); claim answer "

@@ -1,0 +1,227 @@
+"""Complete, fail and extend: a worker's reports on the attempts it holds.
+
+Each batch is one guarded statement whose row count is the answer (DESIGN
+§4.1): a job moves only while it points at the caller's attempt and belongs to
+the caller's worker. Items that do not match are explained afterwards by
+reading the attempt history, so a lost response replayed by the worker is
+answered ``applied`` again instead of looking stale. With ``leasing`` (claims
+and expiry) the owner of these job and attempt states (``app.projects.states``).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from sqlalchemy import text
+
+from app.errors import Conflict
+from app.extensions import db
+from app.projects import states, wakeups
+from app.projects.leasing import Worker
+from app.projects.models import Project, savewebhq_state
+
+
+def _stale(message: str) -> dict:
+    """A rejected item's error: SavewebHQ's full APIError shape."""
+    return {"code": "stale_attempt", "message": message, "retryable": False,
+            "retry_after_ms": 0, "details": {}}
+
+
+@dataclass
+class ItemResult:
+    job_id: int
+    attempt_id: str
+    status: str = "rejected"
+    job_status: str | None = None
+    lease_expires_at: int | None = None
+    error: dict | None = field(default=None)
+
+    def as_dict(self) -> dict:
+        return {"job_id": self.job_id, "attempt_id": self.attempt_id, "status": self.status,
+                "job_status": self.job_status, "lease_expires_at": self.lease_expires_at,
+                "error": self.error}
+
+
+def _parse_ids(items) -> tuple[list[int], list[str]]:
+    return [item["job_id"] for item in items], [item["attempt_id"] for item in items]
+
+
+# The attempt an item names: its wire id (attempts imported from SavewebHQ
+# keep the ``at_…`` ids their workers hold) or else its decimal number.
+_ATTEMPT_OF = """COALESCE(
+        (SELECT a.id FROM attempts a WHERE a.job_id = t.job_id AND a.wire_id = t.attempt_ref),
+        CASE WHEN t.attempt_ref ~ '^[0-9]{1,18}$' THEN CAST(t.attempt_ref AS bigint) END)"""
+
+_GUARD = """j.id = i.job_id AND j.current_attempt_id = i.attempt_id AND j.project_id = :p
+    AND j.state = 'wip' AND j.worker_id = :w AND j.worker_owner IS NOT DISTINCT FROM :o
+    AND j.lease_expires_at > now()"""
+
+_COMPLETE_SQL = f"""
+WITH i AS (
+    SELECT t.*, {_ATTEMPT_OF} AS attempt_id
+    FROM unnest(CAST(:job_ids AS bigint[]), CAST(:attempt_ids AS text[]),
+                CAST(:payloads AS jsonb[])) AS t(job_id, attempt_ref, payload)
+), upd AS (
+    UPDATE jobs j SET state = 'done', lease_expires_at = NULL, updated_at = now()
+    FROM i WHERE {_GUARD}
+    RETURNING j.id, i.attempt_id, i.attempt_ref, i.payload
+), att AS (
+    UPDATE attempts a SET state = 'done', finished_at = now(), outcome = upd.payload
+    FROM upd WHERE a.id = upd.attempt_id
+)
+SELECT id, attempt_ref FROM upd
+"""
+
+_FAIL_SQL = f"""
+WITH i AS (
+    SELECT t.*, {_ATTEMPT_OF} AS attempt_id
+    FROM unnest(CAST(:job_ids AS bigint[]), CAST(:attempt_ids AS text[]),
+                CAST(:retryable AS boolean[]), CAST(:payloads AS jsonb[]))
+        AS t(job_id, attempt_ref, retryable, payload)
+), upd AS (
+    UPDATE jobs j SET
+        state = CASE WHEN NOT i.retryable THEN 'failed' ELSE {states.retry_state(':max_resets')} END,
+        resets = j.resets + CASE WHEN i.retryable THEN 1 ELSE 0 END,
+        not_before = CASE WHEN i.retryable
+            THEN now() + {states.backoff(':backoff', 'j.resets')} ELSE j.not_before END,
+        lease_expires_at = NULL, last_error = i.payload -> 'error', updated_at = now()
+    FROM i WHERE {_GUARD}
+    RETURNING j.id, i.attempt_id, i.attempt_ref, i.payload, j.state
+), att AS (
+    UPDATE attempts a SET state = 'failed', finished_at = now(), error = upd.payload
+    FROM upd WHERE a.id = upd.attempt_id
+)
+SELECT id, attempt_ref, state FROM upd
+"""
+
+_EXTEND_SQL = f"""
+WITH i AS (
+    SELECT t.*, {_ATTEMPT_OF} AS attempt_id
+    FROM unnest(CAST(:job_ids AS bigint[]), CAST(:attempt_ids AS text[])) AS t(job_id, attempt_ref)
+), upd AS (
+    UPDATE jobs j SET lease_expires_at = GREATEST(j.lease_expires_at,
+            LEAST(now() + make_interval(secs => :ext), j.deadline_at, a.deadline_at))
+    FROM i JOIN attempts a ON a.id = i.attempt_id
+    WHERE {_GUARD}
+    RETURNING j.id, i.attempt_id, i.attempt_ref, j.lease_expires_at
+), att AS (
+    UPDATE attempts a SET lease_expires_at = upd.lease_expires_at
+    FROM upd WHERE a.id = upd.attempt_id
+)
+SELECT id, attempt_ref, floor(extract(epoch FROM lease_expires_at))::bigint FROM upd
+"""
+
+
+def _dedupe(items: list[dict]) -> list[dict]:
+    seen, unique = set(), []
+    for item in items:
+        key = (item["job_id"], item["attempt_id"])
+        if key not in seen:
+            seen.add(key)
+            unique.append(item)
+    return unique
+
+
+_EXPLAIN_SQL = f"""
+SELECT t.job_id, t.attempt_ref, a.state, a.worker_id, a.worker_owner,
+       COALESCE(a.outcome, a.error), a.project_id, j.state
+FROM unnest(CAST(:job_ids AS bigint[]), CAST(:attempt_ids AS text[])) AS t(job_id, attempt_ref)
+JOIN attempts a ON a.id = {_ATTEMPT_OF} AND a.job_id = t.job_id
+JOIN jobs j ON j.id = a.job_id
+"""
+
+
+def _explain_rejections(project_id: str, worker: Worker, pending: dict, ended_as: str | None,
+                        payloads: dict) -> None:
+    """Fill the results of items the guarded statement did not move.
+
+    An item whose attempt already ended as ``ended_as`` with the same payload
+    is a replay: ``applied``. Everything else is ``stale_attempt`` with
+    ``job_status`` null, as SavewebHQ answers it.
+    """
+    if not pending:
+        return
+    rows = db.session.execute(text(_EXPLAIN_SQL), {
+        "job_ids": [job_id for (job_id, _) in pending],
+        "attempt_ids": [ref for (_, ref) in pending]}).all()
+    by_item = {(r[0], r[1]): r for r in rows}
+    for key, result in pending.items():
+        row = by_item.get(key)
+        if row is None or row[6] != project_id:
+            result.error = _stale("no such attempt for this job")
+            continue
+        ours = row[3] == worker.worker_id and row[4] == worker.owner
+        if not ours:
+            result.error = _stale("attempt belongs to another worker")
+        elif ended_as is not None and row[2] == ended_as and row[5] == payloads[key]:
+            result.status = "applied"
+            result.job_status = savewebhq_state(row[7])
+        elif row[2] in ("running", "uploading"):
+            result.error = _stale("lease expired")
+        else:
+            result.error = _stale(f"attempt already {row[2]}")
+
+
+def _run_outcome(project: Project, worker: Worker, items: list[dict], sql: str, params: dict,
+                 ended_as: str | None, payloads: dict) -> list[dict]:
+    unique = _dedupe(items)
+    results = {(it["job_id"], it["attempt_id"]): ItemResult(it["job_id"], it["attempt_id"])
+               for it in unique}
+    rows = db.session.execute(text(sql), {"p": project.id, "w": worker.worker_id,
+                                          "o": worker.owner, **params}).all()
+    released = False
+    for row in rows:
+        result = results[(row[0], row[1])]
+        result.status = "applied"
+        if ended_as == "done":
+            result.job_status = "done"
+        elif ended_as == "failed":
+            result.job_status = row[2]
+            released |= row[2] == "todo"
+        else:
+            result.job_status = "wip"
+            result.lease_expires_at = row[2]
+    pending = {k: r for k, r in results.items() if r.status != "applied"}
+    _explain_rejections(project.id, worker, pending, ended_as, payloads)
+    # A finished attempt frees a slot of a capped project: waiting claimers may go on.
+    capped = project.max_in_flight is not None or project.max_worker_in_flight is not None
+    if released or (rows and ended_as is not None and capped):
+        wakeups.notify(project.id)
+    db.session.commit()
+    return [results[(it["job_id"], it["attempt_id"])].as_dict() for it in items]
+
+
+def complete(project: Project, worker: Worker, items: list[dict]) -> list[dict]:
+    """Finish attempts successfully (generic projects). Commits."""
+    if project.kind != "generic":
+        raise Conflict("jobs of pdf projects finish only through an archived upload",
+                       code="invalid_transition")
+    unique = _dedupe(items)
+    payloads = {(it["job_id"], it["attempt_id"]): {
+        "outcome": it["outcome"], "artifact_receipts": it.get("artifact_receipts", [])}
+        for it in unique}
+    job_ids, attempt_ids = _parse_ids(unique)
+    params = {"job_ids": job_ids, "attempt_ids": attempt_ids,
+              "payloads": [json.dumps(payloads[(it["job_id"], it["attempt_id"])]) for it in unique]}
+    return _run_outcome(project, worker, items, _COMPLETE_SQL, params, "done", payloads)
+
+
+def fail(project: Project, worker: Worker, items: list[dict]) -> list[dict]:
+    """Report failed attempts; retryable ones go back to the queue. Commits."""
+    unique = _dedupe(items)
+    payloads = {(it["job_id"], it["attempt_id"]): {"retryable": it["retryable"], "error": it["error"]}
+                for it in unique}
+    job_ids, attempt_ids = _parse_ids(unique)
+    params = {"job_ids": job_ids, "attempt_ids": attempt_ids,
+              "retryable": [it["retryable"] for it in unique],
+              "payloads": [json.dumps(payloads[(it["job_id"], it["attempt_id"])]) for it in unique],
+              "max_resets": project.max_resets, "backoff": float(project.retry_backoff_seconds)}
+    return _run_outcome(project, worker, items, _FAIL_SQL, params, "failed", payloads)
+
+
+def extend(project: Project, worker: Worker, items: list[dict], extend_seconds: int) -> list[dict]:
+    """Renew live leases: new lease = max(current, now + extend), never past a deadline."""
+    unique = _dedupe(items)
+    job_ids, attempt_ids = _parse_ids(unique)
+    params = {"job_ids": job_ids, "attempt_ids": attempt_ids, "ext": float(extend_seconds)}
+    return _run_outcome(project, worker, items, _EXTEND_SQL, params, None, {})
