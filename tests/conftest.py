@@ -43,6 +43,8 @@ def database_url():
     try:
         yield url
     finally:
+        from app.projects import wakeups
+        wakeups.stop()  # its LISTEN connection is about to be cut by the drop
         janitor.drop()
 
 

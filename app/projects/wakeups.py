@@ -42,6 +42,8 @@ class Listener:
         self._thread: threading.Thread | None = None
         self._connected = threading.Event()
         self._start_lock = threading.Lock()
+        self._stopping = False
+        _started.append(self)
 
     def generation(self, project_id: str) -> tuple[int, int]:
         self.start()
@@ -89,6 +91,8 @@ class Listener:
                     for note in conn.notifies():
                         self._bump(note.payload)
             except Exception as exc:  # reconnect; waiters fall back to short slices
+                if self._stopping:
+                    return  # shutting down: the lost connection is expected
                 self._connected.clear()
                 with self._cond:
                     self._cond.notify_all()  # sleepers switch to degraded re-checks now
@@ -108,6 +112,14 @@ class Listener:
 
 _listener: Listener | None = None
 _listener_lock = threading.Lock()
+_started: list[Listener] = []
+
+
+def stop() -> None:
+    """At shutdown (before the database goes away): every listener stops
+    reconnecting and ends quietly when its connection does."""
+    for each in _started:
+        each._stopping = True
 
 
 def listener(dsn: str) -> Listener:
