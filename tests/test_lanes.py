@@ -81,6 +81,20 @@ def test_fallback_worker_takes_fresh_jobs_when_every_first_choice_slot_is_taken(
     assert len(_claimed(fallback.claim(project))) == 1
 
 
+def test_a_staged_upload_keeps_its_first_choice_slot_taken(app, client, api):
+    """A staged job (its upload waiting for the archive) holds its worker's
+    slot, as the in-flight caps count it: the fallback worker may go on."""
+    project = _project(api, fallback_after_seconds=86400)
+    first, fallback = Node(client, app), Node(client, app)
+    _tier(app, fallback, "fallback")
+    first.heartbeat(capacity=1)
+    api.enqueue(project, values(2))
+    [job] = _claimed(first.claim(project))
+    sql(app, "UPDATE jobs SET state = 'staged', lease_expires_at = NULL WHERE id = :j",
+        j=job["job_id"])
+    assert len(_claimed(fallback.claim(project))) == 1
+
+
 def test_project_max_worker_in_flight_bounds_a_first_choice_workers_free_slots(app, client, api):
     project = _project(api, fallback_after_seconds=86400, max_worker_in_flight=1)
     first, fallback = Node(client, app), Node(client, app)

@@ -18,6 +18,7 @@ from sqlalchemy import text
 from app.errors import InvalidRequest, NotFound
 from app.extensions import db
 from app.fleet.models import TIERS
+from app.projects.states import holds_slot
 
 REMOTE = "remote"
 
@@ -95,24 +96,26 @@ def set_tier(worker_id: str, tier: str, user_id: str | None = None) -> dict:
     return result
 
 
-# A first-choice worker is free when its live attempts in the project are
-# fewer than its slots: the capacity its last heartbeat reported (its
+# A first-choice worker is free when the jobs holding its slots in the project
+# (as the in-flight caps count them: running, or staged) are fewer than its slots: the capacity its last heartbeat reported (its
 # download concurrency), bounded by the project's max_worker_in_flight.
-_FIRST_FREE_SQL = """
+_FIRST_FREE_SQL = f"""
+WITH switch AS (
+    SELECT NOT EXISTS (SELECT 1 FROM master_settings WHERE name = '{REMOTE}' AND NOT enabled)
+           AS remote_on)
 SELECT EXISTS (
-    SELECT 1 FROM fleet_nodes n
-    WHERE n.tier = 'first' AND n.status = 'active' AND (n.local OR :remote_on)
+    SELECT 1 FROM fleet_nodes n, switch
+    WHERE n.tier = 'first' AND n.status = 'active' AND (n.local OR switch.remote_on)
       AND n.last_heartbeat_at > now() - make_interval(secs => :stale_s)
-      AND (SELECT count(*) FROM jobs j WHERE j.project_id = :p AND j.state = 'wip'
-           AND j.worker_id = n.id AND j.worker_owner IS NULL AND j.lease_expires_at > now())
+      AND (SELECT count(*) FROM jobs j WHERE j.project_id = :p AND {holds_slot('j')}
+           AND j.worker_id = n.id AND j.worker_owner IS NULL)
           < LEAST(n.capacity, CAST(:cap AS int))
     UNION ALL
-    SELECT 1 FROM token_workers t
-    WHERE t.tier = 'first' AND t.status = 'active' AND :remote_on
+    SELECT 1 FROM token_workers t, switch
+    WHERE t.tier = 'first' AND t.status = 'active' AND switch.remote_on
       AND t.last_heartbeat_at > now() - make_interval(secs => :stale_s)
-      AND (SELECT count(*) FROM jobs j WHERE j.project_id = :p AND j.state = 'wip'
-           AND j.worker_id = t.worker_id AND j.worker_owner = t.user_id
-           AND j.lease_expires_at > now())
+      AND (SELECT count(*) FROM jobs j WHERE j.project_id = :p AND {holds_slot('j')}
+           AND j.worker_id = t.worker_id AND j.worker_owner = t.user_id)
           < LEAST(t.capacity, CAST(:cap AS int))
 )
 """
@@ -132,7 +135,7 @@ def first_choice_free(project_id: str, max_worker_in_flight: int | None, stale_s
     if len(_first_free) > 10_000:
         _first_free.clear()
     free = bool(db.session.execute(text(_FIRST_FREE_SQL), {
-        "p": project_id, "stale_s": float(stale_s), "remote_on": remote_enabled(),
+        "p": project_id, "stale_s": float(stale_s),
         "cap": max_worker_in_flight if max_worker_in_flight is not None else 2**31 - 1}).scalar())
     _first_free[project_id] = (now, free)
     return free

@@ -169,8 +169,7 @@ def _jobs_waiting(project_id: str) -> bool:
 
 
 def _live_attempts(project_id: str, worker: Worker | None) -> int:
-    sql = ("SELECT count(*) FROM jobs WHERE project_id = :p AND state IN ('wip', 'staged') "
-           "AND (state = 'staged' OR lease_expires_at > now())")
+    sql = f"SELECT count(*) FROM jobs WHERE project_id = :p AND {states.holds_slot('jobs')}"
     params = {"p": project_id}
     if worker is not None:
         sql += " AND worker_id = :w AND worker_owner IS NOT DISTINCT FROM :o"

@@ -100,6 +100,13 @@ def distinct_workers(job_id: str) -> str:
             f"WHERE a.job_id = {job_id} AND a.error->>'code' IS DISTINCT FROM '{UNDELIVERED}')")
 
 
+def holds_slot(job: str) -> str:
+    """Whether a job takes one of its worker's in-flight slots: running on a
+    live lease, or staged (its upload waits for the archive)."""
+    return (f"{job}.state IN ('wip', 'staged') "
+            f"AND ({job}.state = 'staged' OR {job}.lease_expires_at > now())")
+
+
 def first_claim_deadline(task_timeout: str) -> str:
     """The task deadline a claim gives a job: the one its first claim set, or
     ``task_timeout`` from now (NULL without a timeout). Waiting in the queue
