@@ -96,6 +96,7 @@ class PdfInfo:
     sha256: str
     pages: int | None          # None when called with parse=False
     pdf_version: str           # from the parser, or from the header when parse=False
+    font_pages: int | None = None  # pages whose resources name a font: text can be shown there
 
 
 def sha256_file(path) -> str:
@@ -150,11 +151,11 @@ def check_pdf_file(path, *, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYT
     if not parse:
         version = head[start + 5:start + 8].decode("ascii", "replace")
         return PdfInfo(size=size, sha256=digest, pages=None, pdf_version=version)
-    pages, version = _parse_in_child(path, limits)
-    return PdfInfo(size=size, sha256=digest, pages=pages, pdf_version=version)
+    pages, version, font_pages = _parse_in_child(path, limits)
+    return PdfInfo(size=size, sha256=digest, pages=pages, pdf_version=version, font_pages=font_pages)
 
 
-def _parse_in_child(path: str, limits: ParseLimits) -> tuple[int, str]:
+def _parse_in_child(path: str, limits: ParseLimits) -> tuple[int, str, int | None]:
     code, out, timed_out = _ZYGOTES.run(path, limits)
     if timed_out:
         raise PdfRejected("parse_timeout",
@@ -164,7 +165,8 @@ def _parse_in_child(path: str, limits: ParseLimits) -> tuple[int, str]:
     except (ValueError, IndexError):
         result = {}
     if code == EXIT_OK and "pages" in result:
-        return int(result["pages"]), str(result["version"])
+        fonts = result.get("font_pages")
+        return int(result["pages"]), str(result["version"]), int(fonts) if fonts is not None else None
     if code == EXIT_REJECTED:
         raise PdfRejected("unparseable", result.get("error") or "structural parse failed")
     if code == EXIT_LIMIT:
@@ -339,6 +341,9 @@ def _child_main(cpu_seconds: int, memory_bytes: int, path: str) -> int:
             problems = pdf.check_pdf_syntax()
             problems += pdf.get_warnings()
             pages, version = len(pdf.pages), str(pdf.pdf_version)
+            # A text layer (an OCR output's, say) needs a font on its page;
+            # reading each page's resource dictionary costs microseconds.
+            font_pages = sum(1 for page in pdf.pages if _has_font(page))
     except MemoryError as exc:
         return answer(EXIT_LIMIT, error=f"out of memory: {exc}")
     except pikepdf.PasswordError:
@@ -352,7 +357,15 @@ def _child_main(cpu_seconds: int, memory_bytes: int, path: str) -> int:
         if any("bad_alloc" in p for p in problems):
             return answer(EXIT_LIMIT, error="out of memory decoding a stream: " + problems[0][:500])
         return answer(EXIT_REJECTED, error="; ".join(problems[:3])[:1000])
-    return answer(EXIT_OK, pages=pages, version=version)
+    return answer(EXIT_OK, pages=pages, version=version, font_pages=font_pages)
+
+
+def _has_font(page) -> bool:
+    try:
+        fonts = page.resources.get("/Font")
+    except Exception:  # noqa: BLE001 - an odd resource tree is not a text layer
+        return False
+    return fonts is not None and len(fonts.keys()) > 0
 
 
 if __name__ == "__main__":

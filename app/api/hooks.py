@@ -19,7 +19,18 @@ _URL = v.string(2048, min_bytes=1).with_schema(pattern="^https?://[^/?#@\x00]+[^
 # After a 202, the consumer has this long to call back before the delivery is sent again.
 _COMPLETION_TIMEOUT = v.int_range(*COMPLETION_TIMEOUT_BOUNDS_S).describe(
     "seconds a consumer that answered 202 has to call back before the delivery is sent again")
-CONSUMER = {"name": v.string(128, min_bytes=1), "url": _URL,
+_PROFILE = v.named("DeriveProfile", {
+    "name": v.string(32, min_bytes=1).with_schema(pattern="^[a-z0-9][a-z0-9-]{0,31}$"),
+    "languages": v.Optional(v.string(256, min_bytes=1).describe(
+        "Tesseract language names joined by '+', at most 8 (default eng)")),
+})
+CONSUMER = {"name": v.string(128, min_bytes=1),
+            "kind": v.Optional(v.one_of("webhook", "derive").describe(
+                "webhook: POST each archived asset to url; derive: enqueue a job of profile "
+                "into target_project in the archive's own transaction"), default="webhook"),
+            "url": v.Optional(_URL.describe("webhook consumers only")),
+            "target_project": v.Optional(v.identifier.describe("derive consumers only")),
+            "profile": v.Optional(_PROFILE),
             "secret": v.Optional(v.string(256, min_bytes=16)), "enabled": v.Optional(v.boolean),
             "completion_timeout_seconds": v.Optional(_COMPLETION_TIMEOUT,
                                                      default=COMPLETION_TIMEOUT_DEFAULT_S)}
@@ -33,12 +44,13 @@ DELIVERIES_QUERY = {"project": v.Optional(v.identifier),
 # Response bodies.
 HOOK_CONSUMER = v.named("HookConsumer", {
     "consumer_id": v.text.describe("decimal"), "project_id": v.identifier, "name": v.text,
-    "url": v.text, "enabled": v.boolean, "completion_timeout_seconds": _COMPLETION_TIMEOUT,
+    "kind": v.one_of("webhook", "derive"), "url": v.text.or_null(),
+    "target_project": v.identifier.or_null(), "profile": _PROFILE.or_null(), "enabled": v.boolean, "completion_timeout_seconds": _COMPLETION_TIMEOUT,
     "created_at": v.timestamp, "secret": v.Optional(v.text.describe("only in the answer that created the consumer")),
 })
 HOOK_DELIVERY = v.named("HookDelivery", {
     "delivery_id": v.text.describe("decimal"), "consumer_id": v.text.describe("decimal"),
-    "url": v.text, "project_id": v.identifier, "attempt_id": v.text.describe("decimal"),
+    "url": v.text.or_null(), "kind": v.one_of("webhook", "derive"), "project_id": v.identifier, "attempt_id": v.text.describe("decimal"),
     "asset_key": v.text, "state": v.one_of(*deliveries.STATES),
     "tries": v.int_range(0, v.INT64_MAX),
     "last_status": v.int_range(0, 999, nullable=True), "last_error": v.text.or_null(),
@@ -67,9 +79,10 @@ def create_consumer(project_id):
     require("admin")
     projects.get(project_id)
     body = v.check(v.json_body(body_limit("worker")), CONSUMER)
-    return jsonify(consumers.create(project_id, body["name"], body["url"], body.get("secret"),
-                                    body.get("enabled", True),
-                                    body["completion_timeout_seconds"])), 201
+    return jsonify(consumers.create(project_id, body["name"], body.get("url"), body.get("secret"),
+                                    body.get("enabled", True), body["completion_timeout_seconds"],
+                                    kind=body["kind"], target_project=body.get("target_project"),
+                                    profile=body.get("profile"))), 201
 
 
 @bp.patch("/admin/projects/<project_id>/hooks/<consumer_id>")

@@ -7,6 +7,7 @@ queues the assets archived while it was off (app/hooks/backfill.py).
 """
 from __future__ import annotations
 
+import json
 import secrets
 from urllib.parse import urlsplit
 
@@ -14,6 +15,7 @@ from sqlalchemy import text
 
 from app.errors import InvalidRequest, NotFound
 from app.extensions import db
+from app.hooks import derived
 from app.hooks.models import COMPLETION_TIMEOUT_BOUNDS_S, COMPLETION_TIMEOUT_DEFAULT_S
 
 
@@ -40,7 +42,8 @@ def _check_timeout(value) -> int:
 
 def _dict(row, secret: str | None = None) -> dict:
     out = {"consumer_id": str(row["id"]), "project_id": row["project_id"], "name": row["name"],
-           "url": row["url"], "enabled": row["enabled"],
+           "kind": row["kind"], "url": row["url"], "target_project": row["target_project_id"],
+           "profile": row["profile"], "enabled": row["enabled"],
            "completion_timeout_seconds": row["completion_timeout_seconds"],
            "created_at": int(row["created_at"].timestamp())}
     if secret is not None:
@@ -48,23 +51,46 @@ def _dict(row, secret: str | None = None) -> dict:
     return out
 
 
-_COLUMNS = "id, project_id, name, url, enabled, completion_timeout_seconds, created_at"
+_COLUMNS = ("id, project_id, name, kind, url, target_project_id, profile, enabled, "
+            "completion_timeout_seconds, created_at")
 
 
-def create(project_id: str, name: str, url: str, secret: str | None = None, enabled: bool = True,
-           completion_timeout_seconds: int = COMPLETION_TIMEOUT_DEFAULT_S) -> dict:
+def create(project_id: str, name: str, url: str | None = None, secret: str | None = None,
+           enabled: bool = True, completion_timeout_seconds: int = COMPLETION_TIMEOUT_DEFAULT_S, *,
+           kind: str = "webhook", target_project: str | None = None, profile: dict | None = None) -> dict:
     """A new consumer; the backfill then queues a delivery for every asset
-    the project archived before it existed. Commits."""
+    the project archived before it existed. A ``webhook`` needs ``url``; a
+    ``derive`` consumer needs ``target_project`` and ``profile`` instead
+    (app/hooks/derived.py). Commits."""
     if not isinstance(name, str) or not 1 <= len(name) <= 128:
         raise InvalidRequest("name must be 1..128 characters", details={"field": "name"})
+    if kind == "webhook":
+        if url is None:
+            raise InvalidRequest("a webhook consumer needs a url", details={"field": "url"})
+        if target_project is not None or profile is not None:
+            raise InvalidRequest("target_project and profile are for derive consumers",
+                                 details={"field": "target_project" if target_project else "profile"})
+        url = _check_url(url)
+    elif kind == "derive":
+        if url is not None:
+            raise InvalidRequest("a derive consumer has no url", details={"field": "url"})
+        if target_project is None or profile is None:
+            raise InvalidRequest("a derive consumer needs target_project and profile",
+                                 details={"field": "profile" if target_project else "target_project"})
+        target_project = derived.check_target(project_id, target_project)
+        profile = derived.check_profile(profile)
+    else:
+        raise InvalidRequest("kind must be webhook or derive", details={"field": "kind"})
     secret = secret or secrets.token_urlsafe(32)
     if not isinstance(secret, str) or not 16 <= len(secret) <= 256:
         raise InvalidRequest("secret must be 16..256 characters", details={"field": "secret"})
     row = db.session.execute(text(
-        f"INSERT INTO hook_consumers (project_id, name, url, secret, enabled, completion_timeout_seconds) "
-        f"VALUES (:p, :n, :u, :s, :e, :t) RETURNING {_COLUMNS}"),
-        {"p": project_id, "n": name, "u": _check_url(url), "s": secret, "e": bool(enabled),
-         "t": _check_timeout(completion_timeout_seconds)}).mappings().one()
+        f"INSERT INTO hook_consumers (project_id, name, kind, url, target_project_id, profile, secret, "
+        f"enabled, completion_timeout_seconds) "
+        f"VALUES (:p, :n, :kind, :u, :tp, CAST(:prof AS jsonb), :s, :e, :t) RETURNING {_COLUMNS}"),
+        {"p": project_id, "n": name, "kind": kind, "u": url, "tp": target_project,
+         "prof": json.dumps(profile) if profile is not None else None, "s": secret,
+         "e": bool(enabled), "t": _check_timeout(completion_timeout_seconds)}).mappings().one()
     db.session.commit()
     return _dict(row, secret)
 
@@ -80,7 +106,8 @@ def update(project_id: str, consumer_id: int, *, url=None, enabled=None, name=No
            completion_timeout_seconds=None) -> dict:
     fields, params = [], {"p": project_id, "id": consumer_id}
     if url is not None:
-        fields.append("url = :u")
+        # A derive consumer has no URL (the kind constraint refuses one).
+        fields.append("url = CASE WHEN kind = 'webhook' THEN :u ELSE url END")
         params["u"] = _check_url(url)
     if enabled is not None:
         if not isinstance(enabled, bool):

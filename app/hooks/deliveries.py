@@ -30,7 +30,7 @@ from sqlalchemy import text
 from app.accounts import tokens
 from app.errors import InvalidToken, NotFound
 from app.extensions import db
-from app.hooks import outbox
+from app.hooks import derived, outbox
 from app.hooks.models import DELIVERY_STATES
 
 log = logging.getLogger(__name__)
@@ -48,14 +48,20 @@ def sign(secret: str, timestamp: int, body: bytes) -> str:
 
 
 def queue_for_asset(project_id: str, attempt_id: int, asset_key: str) -> int:
-    """One pending delivery per enabled consumer, plus its outbox row (caller commits)."""
-    ids = db.session.execute(text(
-        "INSERT INTO hook_deliveries (consumer_id, project_id, attempt_id, asset_key) "
+    """One delivery per enabled consumer, with its outbox row (caller
+    commits). A webhook's is pending, POSTed after commit; a derive
+    consumer's enqueues its derived job right here, in this transaction."""
+    rows = db.session.execute(text(
+        "WITH queued AS (INSERT INTO hook_deliveries (consumer_id, project_id, attempt_id, asset_key) "
         "SELECT id, project_id, :a, :k FROM hook_consumers WHERE project_id = :p AND enabled "
-        "ON CONFLICT (consumer_id, attempt_id) DO NOTHING RETURNING id"),
-        {"p": project_id, "a": attempt_id, "k": asset_key}).scalars().all()
-    outbox.add_many("hook_delivery", list(ids))
-    return len(ids)
+        "ON CONFLICT (consumer_id, attempt_id) DO NOTHING RETURNING id, consumer_id) "
+        "SELECT q.id, c.kind FROM queued q JOIN hook_consumers c ON c.id = q.consumer_id"),
+        {"p": project_id, "a": attempt_id, "k": asset_key}).all()
+    outbox.add_many("hook_delivery", [r[0] for r in rows if r[1] == "webhook"])
+    for delivery_id, kind in rows:
+        if kind == "derive":
+            derived.advance(delivery_id)
+    return len(rows)
 
 
 def callback_token(secret_key: str, delivery_id: int) -> str:
@@ -129,6 +135,13 @@ def deliver(delivery_id: int, download_url_for, *, secret_key: str, public_url: 
 
     Returns the new state, or None when there was nothing to do.
     """
+    kind = db.session.execute(text(
+        "SELECT c.kind FROM hook_deliveries d JOIN hook_consumers c ON c.id = d.consumer_id "
+        "WHERE d.id = :d"), {"d": delivery_id}).scalar()
+    if kind == "derive":  # no HTTP: enqueue (or look at) the derived job
+        state = derived.advance(delivery_id)
+        db.session.commit()
+        return state
     prepared = _prepare(delivery_id, download_url_for, secret_key, (public_url or "").rstrip("/"))
     if prepared == LATER:
         db.session.rollback()
@@ -248,7 +261,7 @@ def retry_now(delivery_id: int) -> dict:
 
 def get(delivery_id: int) -> dict:
     row = db.session.execute(text(
-        "SELECT d.id, d.consumer_id, c.url, d.project_id, d.attempt_id, d.asset_key, d.state, d.tries, "
+        "SELECT d.id, d.consumer_id, c.url, c.kind, d.project_id, d.attempt_id, d.asset_key, d.state, d.tries, "
         "d.last_status, d.last_error, d.created_at, d.updated_at, d.delivered_at "
         "FROM hook_deliveries d JOIN hook_consumers c ON c.id = d.consumer_id WHERE d.id = :d"),
         {"d": delivery_id}).mappings().first()
@@ -263,7 +276,7 @@ def _ts(value):
 
 def _delivery_dict(row) -> dict:
     return {"delivery_id": str(row["id"]), "consumer_id": str(row["consumer_id"]),
-            "url": row["url"], "project_id": row["project_id"], "attempt_id": str(row["attempt_id"]),
+            "url": row["url"], "kind": row["kind"], "project_id": row["project_id"], "attempt_id": str(row["attempt_id"]),
             "asset_key": row["asset_key"], "state": row["state"], "tries": row["tries"],
             "last_status": row["last_status"], "last_error": row["last_error"],
             "created_at": _ts(row["created_at"]), "updated_at": _ts(row["updated_at"]),
@@ -294,7 +307,7 @@ def list_deliveries(*, project_id=None, state=None, limit: int = 200) -> list[di
         where.append("d.state = :s")
         params["s"] = state
     rows = db.session.execute(text(
-        "SELECT d.id, d.consumer_id, c.url, d.project_id, d.attempt_id, d.asset_key, d.state, d.tries, "
+        "SELECT d.id, d.consumer_id, c.url, c.kind, d.project_id, d.attempt_id, d.asset_key, d.state, d.tries, "
         "d.last_status, d.last_error, d.created_at, d.updated_at, d.delivered_at "
         "FROM hook_deliveries d JOIN hook_consumers c ON c.id = d.consumer_id "
         f"{'WHERE ' + ' AND '.join(where) if where else ''} ORDER BY d.id DESC LIMIT :n"),

@@ -7,7 +7,8 @@ reconciler re-sends every row that is due, so losing Redis loses nothing.
 from __future__ import annotations
 
 from sqlalchemy import (BigInteger, Boolean, CheckConstraint, DateTime, ForeignKey, Index, Integer,
-                        String, Text, func, text)
+                        String, Text, UniqueConstraint, func, text)
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
@@ -42,18 +43,29 @@ class OutboxItem(db.Model):
     done_at = mapped_column(DateTime(timezone=True))
 
 
+# webhook: POST each archived asset to ``url``. derive: enqueue a job of
+# ``profile`` into ``target_project_id`` (app/hooks/derived.py), no URL.
+CONSUMER_KINDS = ("webhook", "derive")
+
+
 class HookConsumer(db.Model):
     __tablename__ = "hook_consumers"
     __table_args__ = (
         CheckConstraint(f"completion_timeout_seconds BETWEEN {COMPLETION_TIMEOUT_BOUNDS_S[0]} "
                         f"AND {COMPLETION_TIMEOUT_BOUNDS_S[1]}", name="completion_timeout"),
+        CheckConstraint("(kind = 'webhook' AND url IS NOT NULL) OR "
+                        "(kind = 'derive' AND target_project_id IS NOT NULL AND profile IS NOT NULL)",
+                        name="kind"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     project_id: Mapped[str] = mapped_column(
         String(128), ForeignKey("projects.id", ondelete="CASCADE"), nullable=False, index=True)
     name: Mapped[str] = mapped_column(Text, nullable=False)
-    url: Mapped[str] = mapped_column(Text, nullable=False)
+    kind: Mapped[str] = mapped_column(Text, nullable=False, server_default="webhook")
+    url = mapped_column(Text)
+    target_project_id = mapped_column(String(128), ForeignKey("projects.id", ondelete="CASCADE"))
+    profile = mapped_column(JSONB)  # derive: {"name": ..., "languages": ...}
     secret: Mapped[str] = mapped_column(Text, nullable=False)
     enabled: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="true")
     completion_timeout_seconds: Mapped[int] = mapped_column(
@@ -78,6 +90,9 @@ class HookDelivery(db.Model):
         # Re-enabling a consumer sends its skipped deliveries again, a batch per tick.
         Index("ix_hook_deliveries_skipped", "consumer_id", "id",
               postgresql_where=text("state = 'skipped'")),
+        # A derived job's end closes the open deliveries waiting for it.
+        Index("ix_hook_deliveries_derived", "derived_job_id",
+              postgresql_where=text("derived_job_id IS NOT NULL AND state IN ('pending', 'awaiting_callback')")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -96,3 +111,28 @@ class HookDelivery(db.Model):
     created_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
     updated_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
     delivered_at = mapped_column(DateTime(timezone=True))
+    derived_job_id = mapped_column(BigInteger)  # derive consumers: the derived_jobs row it waits for
+
+
+class DerivedJob(db.Model):
+    """The identity of a derived job: target project, source SHA-256 and
+    profile. A re-delivered hook finds this row and enqueues nothing new."""
+
+    __tablename__ = "derived_jobs"
+    __table_args__ = (
+        UniqueConstraint("target_project_id", "source_sha256", "profile", name="uq_derived_jobs_identity"),
+        Index("ix_derived_jobs_job", "job_id", unique=True),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    target_project_id: Mapped[str] = mapped_column(
+        String(128), ForeignKey("projects.id", ondelete="CASCADE"), nullable=False)
+    source_sha256: Mapped[str] = mapped_column(Text, nullable=False)
+    profile: Mapped[str] = mapped_column(Text, nullable=False)
+    source_key: Mapped[str] = mapped_column(Text, nullable=False)   # the source asset's canonical key
+    source_project_id: Mapped[str] = mapped_column(String(128), nullable=False)
+    source_size: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    source_pages = mapped_column(Integer)
+    languages: Mapped[str] = mapped_column(Text, nullable=False)
+    job_id = mapped_column(BigInteger)
+    created_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())

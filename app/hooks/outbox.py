@@ -36,6 +36,16 @@ def add_many(topic: str, refs: list[int]) -> None:
     db.session.info.setdefault("outbox_hints", []).extend((topic, ref) for ref in refs)
 
 
+def defer(topic: str, ref: int, wait_s: float) -> None:
+    """Keep (or open) the row, due only after ``wait_s``, with no hint and no
+    added try: a look again later, not a failure."""
+    moved = db.session.execute(text(
+        "UPDATE outbox SET due_at = now() + make_interval(secs => :w) "
+        "WHERE topic = :t AND ref = :r AND done_at IS NULL"), {"t": topic, "r": ref, "w": wait_s}).rowcount
+    if not moved:
+        add(topic, ref, delay_s=wait_s)
+
+
 def done(topic: str, ref: int) -> None:
     db.session.execute(text(
         "UPDATE outbox SET done_at = now() WHERE topic = :t AND ref = :r AND done_at IS NULL"),

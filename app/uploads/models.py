@@ -48,6 +48,7 @@ class Upload(db.Model):
     source_url = mapped_column(Text)
     download_strategy = mapped_column(Text)
     download_result = mapped_column(JSONB)
+    pages = mapped_column(Integer)  # counted by the upload check
     commit_tries: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     created_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
     updated_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
@@ -77,4 +78,19 @@ class Asset(db.Model):
     project_id: Mapped[str] = mapped_column(String(128), nullable=False)
     job_id = mapped_column(BigInteger)
     attempt_id = mapped_column(BigInteger)
+    pages = mapped_column(Integer)
+    derived_from = mapped_column(Text)  # a derived asset (OCR output): its source's canonical key
+    created_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+class UploadText(db.Model):
+    """The plain text a worker uploaded beside a derived PDF, until the
+    archive commit indexes it (then the row goes)."""
+
+    __tablename__ = "upload_texts"
+
+    attempt_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    sha256: Mapped[str] = mapped_column(Text, nullable=False)
+    size: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    body: Mapped[str] = mapped_column(Text, nullable=False)
     created_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
