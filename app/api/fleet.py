@@ -19,7 +19,9 @@ from app.fleet import service as fleet
 from app.projects import wakeups
 from app.projects.leasing import Worker
 from app.pages.security import limit_enrollment
-from app.uploads import ingest, receipts, transitions
+from app.storage import from_config
+from app.uploads import derived as derived_uploads
+from app.uploads import downloads, ingest, receipts, transitions
 from app.uploads.spool import Spool
 from workers import pdfcheck
 
@@ -90,6 +92,19 @@ _UPLOAD_HEADERS = {
     "X-Download-Strategy": v.Optional(v.text),
     "X-Download-Result": v.Optional(v.text.describe("base64url JSON object, at most 16 KiB")),
 }
+
+
+SOURCE = v.named("DerivedSource", {
+    "url": v.text.describe("short-lived; GET it without the bearer token"),
+    "expires_at": v.timestamp, "sha256": v.text, "size": v.int_range(0, v.INT64_MAX),
+    "pages": v.int_range(0, v.INT64_MAX, nullable=True), "languages": v.text, "profile": v.text,
+    "source_key": v.text,
+})
+TEXT_RECEIPT = {"attempt_id": v.text, "sha256": v.text, "size": v.int_range(0, v.INT64_MAX)}
+_TEXT_HEADERS = {"X-Text-SHA256": v.text.with_schema(pattern="^[0-9A-Fa-f]{64}$")}
+SKIP = {"reason": v.one_of("already_has_text").describe("why the input needs no work"),
+        "pages": v.Optional(v.int_range(0, 1_000_000))}
+SKIPPED = {"job_id": v.int_range(1, v.INT64_MAX), "attempt_id": v.text, "state": v.const("done")}
 
 
 def _node_dict(node) -> dict:
@@ -166,6 +181,44 @@ def upload(attempt_id):
         min_bytes=cfg["UPLOAD_MIN_BYTES"], max_bytes=cfg["UPLOAD_MAX_BYTES"],
         parse_limits=pdfcheck.ParseLimits())
     return jsonify(receipts.get(attempt, worker)), status_code
+
+
+@bp.get("/fleet/attempts/<attempt_id>/source")
+@v.declare(responses={200: SOURCE}, errors=(404, 409),
+           summary="A derived job's source: a fresh, short-lived download URL and its facts")
+def derived_source(attempt_id):
+    cfg = current_app.config
+    store = from_config(cfg)
+    # The master's own signed link is built on the address this worker used.
+    base = request.host_url.rstrip("/")
+
+    def url_for(object_key: str, ttl_s: int):
+        return downloads.url_for(store, {"PUBLIC_URL": base, "SECRET_KEY": cfg["SECRET_KEY"]},
+                                 object_key, ttl_s)
+    return jsonify(derived_uploads.source_for(_attempt_id(attempt_id), _caller_worker(), url_for))
+
+
+@bp.put("/fleet/uploads/<attempt_id>/text")
+@v.declare(body=v.Media("text/plain"), headers=_TEXT_HEADERS, responses={200: TEXT_RECEIPT},
+           errors=(404, 409, 413, 422),
+           summary="Upload the plain text (UTF-8) of a derived attempt, before its PDF")
+def upload_text(attempt_id):
+    meta_sha = (request.headers.get("X-Text-SHA256") or "").lower()
+    if len(meta_sha) != 64 or any(c not in "0123456789abcdef" for c in meta_sha):
+        raise InvalidRequest("X-Text-SHA256 must be 64 hex digits", details={"field": "X-Text-SHA256"})
+    worker = _caller_worker()
+    data = v.read_body(derived_uploads.TEXT_MAX_BYTES)
+    return jsonify(derived_uploads.store_text(_attempt_id(attempt_id), worker, meta_sha, data))
+
+
+@bp.post("/fleet/attempts/<attempt_id>/skip")
+@v.declare(body=SKIP, responses={200: SKIPPED}, errors=(404, 409),
+           summary="Finish a derived job whose input needs no work (e.g. it already has text)")
+def skip_derived(attempt_id):
+    worker = _caller_worker()
+    body = v.check(v.json_body(body_limit("worker")), SKIP)
+    details = {"pages": body["pages"]} if "pages" in body else {}
+    return jsonify(transitions.skip_derived(_attempt_id(attempt_id), worker, body["reason"], details))
 
 
 @bp.get("/fleet/receipts/<attempt_id>")

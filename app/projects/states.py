@@ -26,7 +26,8 @@ JOB_TRANSITIONS = {
     ("todo", "wip"): "claim (leasing.claim); a late upload of a reaped attempt (transitions.admit)",
     ("todo", "failed"): "sweep: a retry whose task deadline passed, or a job tried by "
                         "max_worker_attempts distinct workers (leasing.sweep)",
-    ("wip", "done"): "complete, generic projects (outcomes.complete)",
+    ("wip", "done"): "complete, generic projects (outcomes.complete); a derived job whose "
+                     "input needs no work, e.g. already has text (transitions.skip_derived)",
     ("wip", "todo"): "retryable fail (outcomes); lease expiry, revoked worker, a claim answer "
                      "that never reached its worker (leasing); rejected upload (transitions.reject)",
     ("wip", "reset_exhausted"): "the same, with max_resets used up",
@@ -46,7 +47,8 @@ JOB_TRANSITIONS = {
 # (from, to) for attempts; ``None`` is "inserted".
 ATTEMPT_TRANSITIONS = {
     (None, "running"): "claim (leasing.claim)",
-    ("running", "done"): "complete, generic projects (outcomes.complete)",
+    ("running", "done"): "complete, generic projects (outcomes.complete); a skipped derived "
+                         "job (transitions.skip_derived)",
     ("running", "failed"): "fail (outcomes.fail)",
     ("uploading", "failed"): "fail while uploading (outcomes.fail); rejected file (transitions.reject)",
     ("running", "expired"): "lease expiry (leasing.reap_expired)",

@@ -12,8 +12,10 @@ import logging
 from sqlalchemy import text
 
 from app.extensions import db
-from app.hooks import outbox
+from app.hooks import derived, outbox
+from app.search import index_paper
 from app.storage.base import IntegrityError, StorageError, content_key
+from app.uploads import derived as derived_uploads
 from app.uploads import spool as spool_mod
 from app.uploads import transitions
 from workers.canonical import InvalidIdentifier, canonical_key
@@ -40,7 +42,7 @@ def _retry(attempt_id: int, exc: Exception) -> str:
 def commit(attempt_id: int, store) -> str:
     """Archive one staged upload. Returns ``done``, ``retry`` or ``skip``."""
     row = db.session.execute(text(
-        "SELECT u.sha256, u.size, u.spool_file, u.spool_stamp, u.project_id, u.job_id, j.value "
+        "SELECT u.sha256, u.size, u.spool_file, u.spool_stamp, u.project_id, u.job_id, j.value, u.pages "
         "FROM uploads u JOIN jobs j ON j.id = u.job_id "
         "WHERE u.attempt_id = :a AND u.state = 'staged'"), {"a": attempt_id}).first()
     db.session.commit()  # nothing may stay open across the object-store call
@@ -48,7 +50,7 @@ def commit(attempt_id: int, store) -> str:
         outbox.done("archive_commit", attempt_id)
         db.session.commit()
         return "skip"
-    sha256, size, spool_file, spool_stamp, project_id, job_id, value = row
+    sha256, size, spool_file, spool_stamp, project_id, job_id, value, pages = row
     object_key = content_key(sha256)
     try:
         # Its bytes were hashed as they streamed in; while the file is still
@@ -69,14 +71,24 @@ def commit(attempt_id: int, store) -> str:
         return "skip"
     except (StorageError, OSError) as exc:
         return _retry(attempt_id, exc)
+    made_from = derived_uploads.for_archive(attempt_id, job_id)
+    key = made_from.canonical_key if made_from else _canonical(value, sha256)
     # An existing asset keeps its own hash and size: the first archived copy wins.
     db.session.execute(text(
-        "INSERT INTO assets (canonical_key, sha256, size, object_key, project_id, job_id, attempt_id) "
-        "VALUES (:k, :sha, :size, :obj, :p, :j, :a) ON CONFLICT (canonical_key) DO NOTHING"),
-        {"k": _canonical(value, sha256), "sha": sha256, "size": size, "obj": object_key,
-         "p": project_id, "j": job_id, "a": attempt_id})
+        "INSERT INTO assets (canonical_key, sha256, size, object_key, project_id, job_id, attempt_id, "
+        "pages, derived_from) VALUES (:k, :sha, :size, :obj, :p, :j, :a, :pages, :src) "
+        "ON CONFLICT (canonical_key) DO NOTHING"),
+        {"k": key, "sha": sha256, "size": size, "obj": object_key, "p": project_id, "j": job_id,
+         "a": attempt_id, "pages": pages, "src": made_from.source_key if made_from else None})
     db.session.execute(text("UPDATE uploads SET canonical_key = :k WHERE attempt_id = :a"),
-                       {"k": _canonical(value, sha256), "a": attempt_id})
+                       {"k": key, "a": attempt_id})
+    if made_from is not None:
+        # The master is the index's only writer: the text goes in with the
+        # done receipt, in one transaction, and the waiting hooks close.
+        index_paper(made_from.source_key, made_from.source_project_id, made_from.text,
+                    derived_key=key, languages=made_from.languages)
+        derived_uploads.forget_text(attempt_id)
+        derived.job_finished(job_id)
     completed = transitions.complete(attempt_id, object_key)  # done receipt + hooks; commits
     outbox.done("archive_commit", attempt_id)
     db.session.commit()

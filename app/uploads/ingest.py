@@ -20,6 +20,7 @@ from werkzeug.exceptions import ClientDisconnected
 
 from app.errors import FleetError, InvalidRequest, TooLarge
 from app.extensions import db
+from app.uploads import derived as derived_uploads
 from app.uploads import spool as spool_mod
 from app.uploads import transitions
 from workers import pdfcheck
@@ -142,6 +143,9 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
             min_bytes: int, max_bytes: int, parse_limits: pdfcheck.ParseLimits) -> tuple[int, dict]:
     """Run the upload pipeline. Returns (HTTP status, receipt-like state)."""
     started = time.monotonic()
+    # A derived job's PDF needs its text first: refused before admission,
+    # so nothing is reserved or changed.
+    rules = derived_uploads.rules_for(attempt_id, transitions.job_of(attempt_id))
     admission = transitions.admit(attempt_id, worker, meta.sha256, meta.size, spool)
     if admission.action == "receipt":
         return (200 if admission.state == "done" else 202), {"state": admission.state}
@@ -176,8 +180,11 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
     try:
         if digest != meta.sha256:
             raise pdfcheck.PdfRejected("hash_mismatch", "SHA-256 of the body differs from X-PDF-SHA256")
-        pdfcheck.check_pdf_file(part, min_bytes=min_bytes, max_bytes=max_bytes,
-                                expected_size=meta.size, limits=parse_limits, known_sha256=digest)
+        info = pdfcheck.check_pdf_file(part, min_bytes=min_bytes, max_bytes=max_bytes,
+                                       expected_size=meta.size, limits=parse_limits,
+                                       known_sha256=digest)
+        if rules is not None:
+            rules.check(info)
     except FileNotFoundError:
         raise _released_meanwhile() from None
     except pdfcheck.PdfCheckError as exc:
@@ -196,7 +203,7 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
         raise _released_meanwhile() from None
     staged = transitions.stage(attempt_id, generation, final, written, {
         "source_url": meta.source_url, "download_strategy": meta.download_strategy,
-        "download_result": meta.download_result})
+        "download_result": meta.download_result, "pages": info.pages})
     if not staged:
         _discard(attempt_id, generation, final)
         raise StaleUpload("a newer upload of this attempt, or a change of the attempt, won")

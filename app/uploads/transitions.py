@@ -69,6 +69,11 @@ def _lock(attempt_id: int):
         WHERE a.id = :a FOR UPDATE OF j, a"""), {"a": attempt_id}).mappings().first()
 
 
+def job_of(attempt_id: int) -> int | None:
+    return db.session.execute(text("SELECT job_id FROM attempts WHERE id = :a"),
+                              {"a": attempt_id}).scalar()
+
+
 def admit(attempt_id: int, worker: Worker, sha256: str, size: int, spool) -> Admission:
     """Admit an upload (DESIGN §8.1–2) and reserve its spool quota. Commits.
 
@@ -186,11 +191,11 @@ def stage(attempt_id: int, generation: int, spool_file: str, spool_stamp: str, m
         return False
     staged = db.session.execute(text(
         "UPDATE uploads SET state = 'staged', spool_file = :f, spool_stamp = :stamp, "
-        "staged_at = now(), updated_at = now(), "
+        "staged_at = now(), updated_at = now(), pages = :pages, "
         "source_url = :src, download_strategy = :strategy, download_result = CAST(:result AS jsonb) "
         "WHERE attempt_id = :a AND generation = :g AND state = 'uploading' RETURNING job_id"),
         {"a": attempt_id, "g": generation, "f": spool_file, "stamp": spool_stamp,
-         "src": meta.get("source_url"),
+         "src": meta.get("source_url"), "pages": meta.get("pages"),
          "strategy": meta.get("download_strategy"),
          "result": json.dumps(meta["download_result"]) if meta.get("download_result") is not None
          else None}).first()
@@ -303,6 +308,46 @@ def complete(attempt_id: int, asset_key: str) -> bool:
     wakeups.notify(row[2])
     db.session.commit()
     return True
+
+
+def skip_derived(attempt_id: int, worker: Worker, reason: str, details: dict) -> dict:
+    """A derived job's input needs no work (an OCR source that already has
+    text): its running attempt and the job are done without an upload, and
+    the hooks waiting for the job close. Commits; idempotent for a replay.
+
+    Raises Conflict ``stale_attempt`` (not the caller's, or no longer
+    running) and NotFound (not a derived job)."""
+    from app.hooks import derived
+    row = _lock(attempt_id)
+    mine = row is not None and row["worker_owner"] == worker.owner \
+        and worker.worker_id in (None, row["worker_id"])
+    if not mine:
+        db.session.rollback()
+        raise Conflict("no such attempt for this worker", code="stale_attempt")
+    if derived.facts_for_job(row["job_id"]) is None:
+        db.session.rollback()
+        raise NotFound("this attempt's job is not a derived job")
+    outcome = {"skipped": reason, **details}
+    if row["state"] == "done" and row["job_state"] == "done":
+        db.session.rollback()
+        return {"job_id": row["job_id"], "attempt_id": str(attempt_id), "state": "done"}
+    ordinary = (row["state"] == "running" and row["current_attempt_id"] == attempt_id
+                and row["job_state"] == "wip" and row["lease_live"])
+    if not ordinary:
+        db.session.rollback()
+        raise Conflict(f"attempt is {row['state']} and cannot finish", code="stale_attempt",
+                       details={"attempt_state": row["state"], "job_state": row["job_state"]})
+    db.session.execute(text(
+        "UPDATE attempts SET state = 'done', finished_at = now(), outcome = CAST(:o AS jsonb) "
+        "WHERE id = :a AND state = 'running'"), {"a": attempt_id, "o": json.dumps(outcome)})
+    db.session.execute(text(
+        "UPDATE jobs SET state = 'done', lease_expires_at = NULL, updated_at = now() "
+        "WHERE id = :j AND current_attempt_id = :a AND state = 'wip'"),
+        {"j": row["job_id"], "a": attempt_id})
+    derived.job_finished(row["job_id"])
+    wakeups.notify(row["project_id"])  # a slot of the project's caps is free
+    db.session.commit()
+    return {"job_id": row["job_id"], "attempt_id": str(attempt_id), "state": "done"}
 
 
 def hold_uploads(attempt_ids: list[int]) -> int:

@@ -1,0 +1,168 @@
+"""Uploads of derived jobs (an OCR output, say): the source a worker asks for
+at run time, the text it uploads beside the PDF, and what the PDF must be.
+
+Nothing in the queue names a URL or a path: a worker that claimed a derived
+job asks :func:`source_for` for a fresh, short-lived download URL of the
+source asset (a presigned S3 URL, or the master's own signed link for the
+local store), so no queued job expires and no host needs another's files.
+
+A derived PDF is verified like any upload (app/uploads/ingest.py) plus
+:meth:`Rules.check`: the same page count as its source, a text layer, a
+size within ``SIZE_FACTOR`` × the source + ``SIZE_SLACK_BYTES``. Its text
+must be uploaded first (:func:`store_text`); the archive commit indexes it
+and registers the PDF as derived from its source (app/uploads/archive.py).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from sqlalchemy import text
+
+from app.errors import Conflict, FleetError, InvalidRequest, NotFound, TooLarge
+from app.extensions import db
+from app.hooks import derived
+from app.projects.leasing import Worker
+from workers import pdfcheck
+
+TEXT_MAX_BYTES = 32 * 1024 * 1024
+# OCR adds an invisible text layer and re-encodes nothing it need not; four
+# times the source (plus a little for tiny sources) bounds what a broken or
+# hostile worker can make the archive keep.
+SIZE_FACTOR = 4
+SIZE_SLACK_BYTES = 1024 * 1024
+SOURCE_URL_TTL_S = 900
+
+
+class InvalidText(FleetError):
+    status, code = 422, "invalid_upload"
+
+
+def _attempt(attempt_id: int, worker: Worker, *, states=("running",)):
+    row = db.session.execute(text(
+        "SELECT a.job_id, a.worker_id, a.worker_owner, a.state, a.lease_expires_at > now() AS live "
+        "FROM attempts a WHERE a.id = :a"), {"a": attempt_id}).mappings().first()
+    mine = row is not None and row["worker_owner"] == worker.owner \
+        and worker.worker_id in (None, row["worker_id"])
+    if not mine:
+        raise Conflict("no such attempt for this worker", code="stale_attempt")
+    if row["state"] not in states or not row["live"]:
+        raise Conflict(f"attempt is {row['state']} and no longer leased", code="stale_attempt",
+                       details={"attempt_state": row["state"]})
+    facts = derived.facts_for_job(row["job_id"])
+    if facts is None:
+        raise NotFound("this attempt's job is not a derived job")
+    return row, facts
+
+
+def source_for(attempt_id: int, worker: Worker, url_for) -> dict:
+    """Where to download the source of a running derived attempt.
+    ``url_for(object_key, ttl_s)`` → (url, expires_at)."""
+    _, facts = _attempt(attempt_id, worker)
+    asset = db.session.execute(text(
+        "SELECT object_key, sha256, size FROM assets WHERE canonical_key = :k"),
+        {"k": facts["source_key"]}).first()
+    db.session.commit()
+    if asset is None:
+        raise NotFound("the source asset is no longer registered",
+                       details={"source_key": facts["source_key"]})
+    url, expires_at = url_for(asset[0], SOURCE_URL_TTL_S)
+    return {"url": url, "expires_at": expires_at, "sha256": asset[1], "size": asset[2],
+            "pages": facts["source_pages"], "languages": facts["languages"],
+            "profile": facts["profile"], "source_key": facts["source_key"]}
+
+
+def store_text(attempt_id: int, worker: Worker, sha256: str, body: bytes) -> dict:
+    """Keep the plain text of a derived attempt until its archive. Idempotent
+    for the same text; a different text after the PDF was sent is refused.
+    Commits."""
+    if len(body) > TEXT_MAX_BYTES:
+        raise TooLarge(f"text uploads are limited to {TEXT_MAX_BYTES} bytes",
+                       details={"limit": TEXT_MAX_BYTES})
+    if hashlib.sha256(body).hexdigest() != sha256:
+        raise InvalidText("SHA-256 of the body differs from X-Text-SHA256",
+                          details={"reason": "hash_mismatch"})
+    try:
+        decoded = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidText(f"the text is not UTF-8 (byte {exc.start})",
+                          details={"reason": "not_utf8"}) from None
+    if "\x00" in decoded:
+        raise InvalidText("the text contains NUL characters", details={"reason": "nul_character"})
+    _attempt(attempt_id, worker, states=("running", "uploading"))
+    sent = db.session.execute(text(
+        "SELECT t.sha256 FROM upload_texts t JOIN uploads u ON u.attempt_id = t.attempt_id "
+        "WHERE t.attempt_id = :a AND u.state IN ('uploading', 'staged', 'done')"),
+        {"a": attempt_id}).scalar()
+    if sent is not None and sent != sha256:
+        db.session.rollback()
+        raise Conflict("a different text was sent with this attempt's PDF", code="stale_attempt")
+    db.session.execute(text(
+        "INSERT INTO upload_texts (attempt_id, sha256, size, body) VALUES (:a, :s, :n, :b) "
+        "ON CONFLICT (attempt_id) DO UPDATE SET sha256 = EXCLUDED.sha256, size = EXCLUDED.size, "
+        "body = EXCLUDED.body, created_at = now()"),
+        {"a": attempt_id, "s": sha256, "n": len(body), "b": decoded})
+    db.session.commit()
+    return {"attempt_id": str(attempt_id), "sha256": sha256, "size": len(body)}
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What a derived PDF must be, known before its body is read."""
+    source_pages: int | None
+    source_size: int
+
+    @property
+    def max_bytes(self) -> int:
+        return SIZE_FACTOR * self.source_size + SIZE_SLACK_BYTES
+
+    def check(self, info: pdfcheck.PdfInfo) -> None:
+        """Raises PdfRejected (the attempt fails retryably, as for any bad file)."""
+        if self.source_pages is not None and info.pages != self.source_pages:
+            raise pdfcheck.PdfRejected(
+                "page_count", f"the derived PDF has {info.pages} pages, its source {self.source_pages}")
+        if not info.font_pages:
+            raise pdfcheck.PdfRejected("no_text_layer", "the derived PDF has no text layer")
+        if info.size > self.max_bytes:
+            raise pdfcheck.PdfRejected(
+                "too_large_for_source", f"the derived PDF is {info.size} bytes; at most "
+                f"{self.max_bytes} for a {self.source_size}-byte source")
+
+
+def rules_for(attempt_id: int, job_id: int) -> Rules | None:
+    """The derived checks of an upload, or None for an ordinary job.
+    Raises InvalidRequest when the text was not uploaded first."""
+    facts = derived.facts_for_job(job_id)
+    if facts is None:
+        return None
+    has_text = db.session.execute(text("SELECT 1 FROM upload_texts WHERE attempt_id = :a"),
+                                  {"a": attempt_id}).first()
+    db.session.commit()
+    if has_text is None:
+        raise InvalidRequest("a derived PDF needs its text first: PUT /api/v1/fleet/uploads/"
+                             f"{attempt_id}/text", details={"field": "text"})
+    return Rules(facts["source_pages"], facts["source_size"])
+
+
+@dataclass(frozen=True)
+class Archived:
+    """How the archive commit registers and indexes a derived upload."""
+    canonical_key: str       # the derived asset's own registry key
+    source_key: str
+    source_project_id: str
+    languages: str
+    text: str
+
+
+def for_archive(attempt_id: int, job_id: int) -> Archived | None:
+    facts = derived.facts_for_job(job_id)
+    if facts is None:
+        return None
+    body = db.session.execute(text("SELECT body FROM upload_texts WHERE attempt_id = :a"),
+                              {"a": attempt_id}).scalar()
+    return Archived(f"{facts['profile']}:{facts['source_key']}", facts["source_key"],
+                    facts["source_project_id"], facts["languages"], body or "")
+
+
+def forget_text(attempt_id: int) -> None:
+    db.session.execute(text("DELETE FROM upload_texts WHERE attempt_id = :a"), {"a": attempt_id})
