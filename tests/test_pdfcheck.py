@@ -40,7 +40,8 @@ def rejected(path, **kwargs) -> PdfRejected:
 def test_valid_pdf_passes(files):
     size = files["valid"].stat().st_size
     info = check_pdf_file(files["valid"], expected_size=size, expected_sha256=files["valid_sha"])
-    assert info == PdfInfo(size=size, sha256=files["valid_sha"], pages=3, pdf_version="1.3")
+    assert info == PdfInfo(size=size, sha256=files["valid_sha"], pages=3, pdf_version="1.3",
+                           font_pages=3)
     assert info.sha256 == hashlib.sha256(files["valid"].read_bytes()).hexdigest()
 
 
