@@ -42,6 +42,8 @@ class Claimer:
         r, s = self.r, self.r.settings
         if r.status != "active":
             return f"node is {r.status}"
+        if r.broken:
+            return f"this worker cannot do its task: {r.broken}"
         if not r.heartbeat_fresh():
             return "no recent heartbeat answer"
         if len(r.in_browser) >= s.concurrency:

@@ -59,12 +59,12 @@ class Delivery:
         if now < self.paused_until:
             return []
         picked = []
-        entries = self.journal.entries("ready", "uploaded", "failed")
+        entries = self.journal.entries("ready", "uploaded", "failed", "skipped")
         entries.sort(key=lambda e: e["updated_at"])
         with self._lock:
             for entry in entries:
                 aid = entry["attempt_id"]
-                if entry["state"] == "failed" and entry.get("reported", True):
+                if entry["state"] in ("failed", "skipped") and entry.get("reported", True):
                     continue
                 if aid in self._busy or self._not_before.get(aid, 0) > now:
                     continue
@@ -86,6 +86,8 @@ class Delivery:
                 self._await_receipt(entry)
             elif entry["state"] == "failed" and not entry.get("reported", True):
                 self._report(entry)
+            elif entry["state"] == "skipped" and not entry.get("reported", True):
+                self._report_skip(entry)
             self._failures.pop(aid, None)
         except Refused:
             raise
@@ -127,6 +129,9 @@ class Delivery:
             # upload is not: send it only when it surely fits.
             if len(encoded) <= MAX_RESULT_HEADER:
                 headers["X-Download-Result"] = encoded
+        # A derived PDF's text goes first (the master wants it so).
+        if entry.get("text_file") and not self._upload_text(entry):
+            return
         path = self.volume.ready / entry["file"]
         started = time.monotonic()
         try:
@@ -146,6 +151,27 @@ class Delivery:
             return self._check_done(entry, receipt)
         self.journal.update(aid, state="uploaded", result=None)  # sent; keeps the journal small
         self.wake()  # the receipt wait is the receipt pool's job
+
+    def _upload_text(self, entry: dict) -> bool:
+        """PUT the entry's text; False when the master refused it for good."""
+        aid = entry["attempt_id"]
+        data = (self.volume.ready / entry["text_file"]).read_bytes()
+        if len(data) != entry["text_size"]:
+            raise OSError(f"text file of attempt {aid} changed size since it was journaled")
+        try:
+            self.master.call("PUT", f"/api/v1/fleet/uploads/{seg(aid)}/text", data=data,
+                             headers={"Content-Type": "text/plain; charset=utf-8",
+                                      "X-Text-SHA256": entry["text_sha256"]},
+                             timeout=UPLOAD_TIMEOUT_S)
+        except MasterError as exc:
+            if exc.status in (409, 404):
+                self._drop(entry, "stale", f"text upload refused: {exc.message}")
+                return False
+            if exc.status in (413, 422):
+                self._refused_file(entry, exc)
+                return False
+            raise
+        return True
 
     def _await_receipt(self, entry: dict) -> None:
         aid = entry["attempt_id"]
@@ -181,7 +207,7 @@ class Delivery:
             self.on_error(text)
             return
         self.journal.update(aid, state="done", asset_key=receipt.get("asset_key"), result=None)
-        (self.volume.ready / entry["file"]).unlink(missing_ok=True)
+        self._remove_files(entry)
         log.info("attempt %s (job %s): archived as %s; file deleted", aid, entry["job_id"],
                  receipt.get("asset_key"))
 
@@ -190,18 +216,40 @@ class Delivery:
         self.journal.update(entry["attempt_id"], state="failed", reported=False, error={
             "code": "invalid_pdf", "message": f"master refused the upload: {exc.message}"[:2048],
             "retryable": False, "details": {"reason": reason, "status": exc.status}})
-        (self.volume.ready / entry["file"]).unlink(missing_ok=True)
+        self._remove_files(entry)
         self.on_error(f"attempt {entry['attempt_id']}: upload refused: {exc.message}"[:2048])
         self._report(self.journal.get(entry["attempt_id"]))
 
     def _drop(self, entry: dict, code: str, message: str, *, report: bool = False) -> None:
         self.journal.update(entry["attempt_id"], state="failed", reported=not report, error={
             "code": code, "message": message[:2048], "retryable": True})
-        if entry.get("file"):
-            (self.volume.ready / entry["file"]).unlink(missing_ok=True)
+        self._remove_files(entry)
         log.warning("attempt %s (job %s): dropped: %s", entry["attempt_id"], entry["job_id"], message)
         if report:
             self._report(self.journal.get(entry["attempt_id"]))
+
+    def _remove_files(self, entry: dict) -> None:
+        for name in (entry.get("file"), entry.get("text_file")):
+            if name:
+                (self.volume.ready / name).unlink(missing_ok=True)
+
+    def _report_skip(self, entry: dict) -> None:
+        """A derived job whose input needs no work: done without a file."""
+        outcome = entry.get("outcome") or {}
+        body = {"reason": outcome.get("reason", "already_has_text")}
+        if isinstance(outcome.get("pages"), int):
+            body["pages"] = outcome["pages"]
+        try:
+            self.master.call("POST", f"/api/v1/fleet/attempts/{seg(entry['attempt_id'])}/skip",
+                             body=body)
+            result = "done"
+        except MasterError as exc:
+            if exc.status not in (404, 409):
+                raise
+            result = f"not needed: {exc.code}"
+        self.journal.update(entry["attempt_id"], reported=True)
+        log.info("attempt %s (job %s): reported skipped (%s): %s", entry["attempt_id"],
+                 entry["job_id"], body["reason"], result)
 
     def _too_old(self, entry: dict) -> bool:
         age = time.time() - (entry.get("ready_at") or entry["created_at"])

@@ -27,7 +27,9 @@ from pathlib import Path
 from workers.runner.volume import VolumeCorrupt, atomic_write
 
 VERSION = 1
-STATES = ("downloading", "ready", "uploaded", "done", "failed")
+# skipped: a derived job whose input needs no work (OCR of a source that
+# already has text), to be reported to the master as done without a file.
+STATES = ("downloading", "ready", "uploaded", "done", "failed", "skipped")
 LIVE = ("downloading", "ready", "uploaded")
 # Terminal entries are kept a while for investigation, then pruned: the file is
 # rewritten on every change, so it must stay small.
@@ -36,7 +38,9 @@ KEEP_TERMINAL = 128
 _REQUIRED = {"attempt_id": str, "job_id": str, "project": str, "value": str, "state": str,
              "created_at": (int, float), "updated_at": (int, float)}
 _OPTIONAL = {"file": str, "sha256": str, "size": int, "source_url": str, "strategy": str,
-             "ready_at": (int, float), "error": dict, "reported": bool, "result": dict, "asset_key": str}
+             "ready_at": (int, float), "error": dict, "reported": bool, "result": dict, "asset_key": str,
+             # ocr task: the extracted text sent before the PDF, and a skip's outcome
+             "text_file": str, "text_sha256": str, "text_size": int, "outcome": dict}
 
 
 def _check_entry(key: str, entry) -> None:
@@ -150,7 +154,8 @@ class Journal:
 
     def _prune(self) -> None:
         terminal = [e for e in self._entries.values()
-                    if e["state"] == "done" or (e["state"] == "failed" and e.get("reported", True))]
+                    if e["state"] == "done"
+                    or (e["state"] in ("failed", "skipped") and e.get("reported", True))]
         if len(terminal) > KEEP_TERMINAL:
             terminal.sort(key=lambda e: e["updated_at"])
             for entry in terminal[:len(terminal) - KEEP_TERMINAL]:

@@ -48,6 +48,14 @@ def recover(volume: Volume, journal: Journal) -> dict:
             continue
         path = volume.ready / entry["file"]
         known.add(entry["file"])
+        text_path = volume.ready / entry["text_file"] if entry.get("text_file") else None
+        if text_path is not None:
+            known.add(entry["text_file"])
+            if entry["state"] in ("ready", "uploaded") and not text_path.exists():
+                raise VolumeCorrupt(f"text file {text_path} of attempt {entry['attempt_id']} "
+                                    "is missing; its PDF is kept, the journal entry must go")
+            if entry["state"] not in ("ready", "uploaded"):
+                text_path.unlink(missing_ok=True)
         if entry["state"] in ("ready", "uploaded"):
             try:
                 size = path.stat().st_size

@@ -33,6 +33,18 @@ BROWSER_RECHECK_S = 300.0
 LAST_ERROR_TTL_S = 600.0
 
 
+def _ocr_task(settings, volume, journal, master, runner):
+    from workers.ocr import BrokenWorker, OcrLimits, check_installation
+    from workers.runner.ocr_task import OcrTask
+    try:
+        check_installation(settings.ocr_languages)
+    except BrokenWorker as exc:
+        runner.mark_broken(f"{exc.reason}: {exc.message}")
+    return OcrTask(volume, journal, master, limits=OcrLimits.from_env(),
+                   min_free_bytes=settings.min_free_bytes, max_bytes=settings.max_pdf_bytes,
+                   on_error=runner.note_error, on_broken=runner.mark_broken)
+
+
 class Runner:
     def __init__(self, settings, volume: Volume, journal: Journal, master: Master, worker_id: str):
         self.settings, self.volume, self.journal, self.master = settings, volume, journal, master
@@ -52,10 +64,17 @@ class Runner:
         self._fetching = 0      # ladder calls running now (not merely queued)
         self.fetch_queue: queue.Queue = queue.Queue()
         self.browser_queue: queue.Queue = queue.Queue()
+        # Set when this worker cannot do its task (an OCR worker missing a
+        # binary or language pack): it stops claiming and says why on its
+        # heartbeat, instead of burning every job's retries.
+        self.broken: str | None = None
         configs = fetch_configs(settings, settings.client_version)
         self._fetch_cfg = configs[1] or configs[0]
-        self.fetcher = Fetcher(volume, journal, configs, max_bytes=settings.max_pdf_bytes,
-                               on_error=self.note_error, on_browser=self._browser_seen)
+        if settings.task == "ocr":
+            self.fetcher = _ocr_task(settings, volume, journal, master, self)
+        else:
+            self.fetcher = Fetcher(volume, journal, configs, max_bytes=settings.max_pdf_bytes,
+                                   on_error=self.note_error, on_browser=self._browser_seen)
         self._probed = threading.Event()          # the first browser probe has answered
         self._browser_used = False                # the browser pass has run at least once
         self.delivery = Delivery(volume, journal, master, worker_id=worker_id,
@@ -68,7 +87,15 @@ class Runner:
     def note_error(self, text: str) -> None:
         self._last_error = (time.monotonic(), text[:2048])  # the heartbeat field's limit
 
+    def mark_broken(self, reason: str) -> None:
+        if self.broken is None:
+            log.error("this worker cannot do its task (%s): it stops claiming", reason)
+        self.broken = reason[:1024]
+        self.beat_soon()
+
     def last_error(self) -> str | None:
+        if self.broken:
+            return f"broken: {self.broken}"[:2048]
         if self._last_error and time.monotonic() - self._last_error[0] < LAST_ERROR_TTL_S:
             return self._last_error[1]
         return None
@@ -136,7 +163,8 @@ class Runner:
         holding = [e["attempt_id"] for e in self.journal.entries("ready", "uploaded")]
         running = (fetching + [a for a in holding if a not in fetching])[:MAX_RUNNING_IDS]
         _, answer = self.master.call("POST", "/api/v1/fleet/heartbeat", timeout=30, body={
-            "capacity": self.settings.concurrency, "browser_ok": self.browser_ok(),
+            "capacity": 0 if self.broken else self.settings.concurrency,
+            "browser_ok": self.browser_ok(),
             "disk_free_bytes": self.volume.disk_free(), "spool_bytes": self.spool_bytes(),
             "last_error": self.last_error(), "running_attempt_ids": running})
         self.last_heartbeat_ok = time.monotonic()

@@ -48,6 +48,10 @@ class Settings:
     fetch_timeout_s: float = 60.0
     max_pdf_bytes: int = 100 * MiB
     allow_networks: list[str] | None = None   # test allow-list; None = public addresses only
+    # What a claimed job is: "fetch" (download a paper) or "ocr" (a derived
+    # job: OCR its source with OCRmyPDF, workers/runner/ocr_task.py).
+    task: str = "fetch"
+    ocr_languages: str = "eng"               # checked at start: the packs this worker must have
 
 
 # (flag, env, type, default, help). One table so flags, environment and the
@@ -92,6 +96,9 @@ OPTIONS = [
     ("--chromium", "FLEETHQ_CHROMIUM", str, "/usr/bin/chromium", "Chromium binary for the browser lane"),
     ("--fetch-timeout", "FLEETHQ_FETCH_TIMEOUT", float, 60.0, "seconds per fetch request"),
     ("--max-pdf-bytes", "FLEETHQ_MAX_PDF_BYTES", int, 100 * MiB, "largest PDF fetched"),
+    ("--task", "FLEETHQ_TASK", str, "fetch", "fetch (download papers) or ocr (OCR derived jobs)"),
+    ("--ocr-languages", "FLEETHQ_OCR_LANGUAGES", str, "eng",
+     "ocr task: Tesseract packs checked at start (e.g. eng+pol); a job needing more fails over"),
     ("--allow-networks", "FLEETHQ_FETCH_ALLOW_NETWORKS", _networks, None,
      "TESTS ONLY: CIDRs the fetch client may reach besides public addresses"),
 ]
@@ -143,6 +150,8 @@ def resolve(args: argparse.Namespace, environ=os.environ) -> Settings:
         raise ValueError("--browser-concurrency must be 1..16")
     if not 1.0 <= values["heartbeat_seconds"] <= 30.0:
         raise ValueError("--heartbeat-seconds must be 1..30 (the node lease is 60 s)")
+    if values["task"] not in ("fetch", "ocr"):
+        raise ValueError("--task must be fetch or ocr")
     if not 15 <= values["lease_seconds"] <= 3600:
         raise ValueError("--lease-seconds must be 15..3600")
     settings = Settings(
@@ -154,7 +163,10 @@ def resolve(args: argparse.Namespace, environ=os.environ) -> Settings:
         retention_s=values["retention_hours"] * 3600, doi_resolver=values["doi_resolver"],
         arxiv_base=values["arxiv_base"], use_browser=not values["no_browser"],
         chromium_path=values["chromium"], fetch_timeout_s=values["fetch_timeout"],
-        max_pdf_bytes=values["max_pdf_bytes"], allow_networks=values["allow_networks"])
+        max_pdf_bytes=values["max_pdf_bytes"], allow_networks=values["allow_networks"],
+        task=values["task"], ocr_languages=values["ocr_languages"])
+    if settings.task == "ocr":
+        settings.use_browser = False  # OCR reads its source from the master, never a publisher
     if values["client_version"]:
         settings.client_version = values["client_version"]
     if values["name"]:
