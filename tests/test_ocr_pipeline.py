@@ -117,7 +117,9 @@ def test_an_encrypted_source_fails_for_good_without_retries(fleet, client, tmp_p
 
 
 def test_a_run_past_its_time_limit_is_retried_on_another_try(fleet, client, tmp_path):
-    source, target = _pipeline(fleet, max_resets=1)
+    # prefer_new_worker off: the test node that archived the source would count
+    # as a fresh worker that has not tried the job, and hold back the retry.
+    source, target = _pipeline(fleet, max_resets=1, prefer_new_worker=False)
     scan = scans.scanned_pdf(tmp_path / "scan.pdf", PAGES).read_bytes()
     _archive(fleet, client, source, scan, "10.5555/slow")
     worker = _ocr_worker(fleet, target, FLEETHQ_OCR_BASE_SECONDS="0.5",
