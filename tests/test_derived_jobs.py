@@ -263,3 +263,21 @@ def test_derive_consumers_are_validated(api, payload, field):
     response = api.call("POST", "/api/v1/admin/projects/papers/hooks", {"name": "x", **payload})
     error = api_error(response, 400, "invalid_request")
     assert field in (error.get("details") or {}).get("field", "") or field in error["message"]
+
+
+def test_the_text_of_an_attempt_that_failed_is_dropped_by_the_sweeper(app, client, api, pdfs):
+    from app.extensions import db
+    from app.uploads import sweeper
+    _derive(api)
+    _archive_source(app, client, api, pdfs)
+    node, job = _claim_derived(client, app)
+    assert _put_text(node, job["attempt_id"], b"words").status_code == 200
+    assert sql(app, "SELECT count(*) FROM upload_texts")[0][0] == 1
+    with app.app_context():
+        assert sweeper.sweep(app.config)["texts_dropped"] == 0  # its attempt still runs
+        db.session.remove()
+    assert node.fail("papers-ocr", job).status_code == 200
+    with app.app_context():
+        assert sweeper.sweep(app.config)["texts_dropped"] == 1
+        db.session.remove()
+    assert sql(app, "SELECT count(*) FROM upload_texts")[0][0] == 0

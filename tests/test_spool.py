@@ -194,7 +194,8 @@ def test_orphan_files_are_removed_after_the_grace_period(app, client, api, dirs,
     fresh_part.write_bytes(b"y" * 100)
 
     result = sweep(app, now=time.time())
-    assert result == {"abandoned": 0, "expired": 0, "orphans_removed": 3, "held_released": 0}
+    assert result == {"abandoned": 0, "expired": 0, "orphans_removed": 3, "held_released": 0,
+                      "texts_dropped": 0}
     assert spool_names(dirs) == sorted([staged.name, fresh_part.name, foreign.name])
     assert staged.read_bytes() == files["good"]
     assert upload_rows(app, job["attempt_id"])[0]["state"] == "staged"

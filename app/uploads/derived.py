@@ -166,3 +166,15 @@ def for_archive(attempt_id: int, job_id: int) -> Archived | None:
 
 def forget_text(attempt_id: int) -> None:
     db.session.execute(text("DELETE FROM upload_texts WHERE attempt_id = :a"), {"a": attempt_id})
+
+
+def forget_finished_texts(limit: int = 500) -> int:
+    """Texts whose attempt ended without an archive (failed, expired,
+    cancelled, or gone): nothing will index them. Commits."""
+    gone = db.session.execute(text("""
+        DELETE FROM upload_texts WHERE attempt_id IN (
+            SELECT t.attempt_id FROM upload_texts t LEFT JOIN attempts a ON a.id = t.attempt_id
+            WHERE a.id IS NULL OR a.state IN ('failed', 'expired', 'cancelled', 'done')
+            LIMIT :n)"""), {"n": limit}).rowcount
+    db.session.commit()
+    return gone

@@ -7,6 +7,7 @@ import time
 from sqlalchemy import text
 
 from app.extensions import db
+from app.uploads import derived as derived_uploads
 from app.uploads import held, transitions
 from app.uploads.spool import Spool, remove_quietly
 
@@ -21,8 +22,9 @@ def sweep(config, *, now: float | None = None) -> dict:
     expired = transitions.expire_staged(int(config["STAGED_RETENTION_S"]))
     removed = remove_orphans(spool, now=now)
     released = held.release_fileless(spool, grace_s=ORPHAN_GRACE_S)
+    texts = derived_uploads.forget_finished_texts()
     return {"abandoned": abandoned, "expired": expired, "orphans_removed": removed,
-            "held_released": released}
+            "held_released": released, "texts_dropped": texts}
 
 
 def remove_orphans(spool: Spool, *, now: float | None = None, grace_s: float = ORPHAN_GRACE_S) -> int:
