@@ -24,6 +24,7 @@ from pathlib import Path
 
 from app import devstate, embedded
 from app.devdemo import DEMO_PROJECT, demo, pdf_demo
+from app.devdemo_ocr import ocr_demo
 from app.devprocs import Stack, StepFailed, Stop, print_lock, say, wait_ready
 
 
@@ -97,6 +98,7 @@ def run(args) -> int:
         if not args.no_demo:
             demo(base, token)
             pdf_demo(stack, base, token, env)
+            ocr_demo(stack, base, token, env)
         with print_lock:
             print(banner(base, token, token_file.relative_to(root)), flush=True)
         while True:

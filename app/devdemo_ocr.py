@@ -1,0 +1,138 @@
+"""The OCR demo of ``make dev`` (:mod:`app.devstack`), after the pdf demo.
+
+Scanned papers (rendered words as images, no text layer) go into
+``demo-scans`` the way a worker uploads a download; its derive consumer
+enqueues one job per archived paper into ``demo-scans-ocr``. Two lanes
+serve that project:
+
+- ``ocr-remote``: an enrolled ``fleethq-worker run --task ocr``, first
+  choice — the on-demand OCR host of a split-host setup (here on this
+  machine, volume ``./var/ocr-remote``);
+- the local fetcher's OCR twin (``flask fleet local-worker --tier fallback
+  -- --task ocr``, concurrency 1, OCR children niced): it takes a job only
+  when the remote lane is away or the job waited ``fallback_after_seconds``.
+
+The demo ends when every scan is searchable, and prints a search for one
+word of each.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+
+from app.devdemo import WORKER_VERSION, api
+from app.devprocs import Stack, StepFailed, say
+
+SOURCE, TARGET = "demo-scans", "demo-scans-ocr"
+SCANS = [["harbour lantern", "meadow violin"], ["falcon granite"], ["orchid sailor", "copper whisper"],
+         ["thunder marble"], ["candle forest", "silver river"], ["garden window"]]
+
+
+def _scan_bytes(var: Path, n: int, lines: list[str]) -> bytes:
+    root = str(Path(__file__).resolve().parent.parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from tests.scans import scanned_pdf  # the test suite's scanner doubles as the demo's
+    path = var / "scans" / f"scan-{n}.pdf"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return scanned_pdf(path, [[line] for line in lines]).read_bytes()
+
+
+def _raw(base: str, token: str, method: str, path: str, data: bytes, headers: dict) -> None:
+    import urllib.request
+    req = urllib.request.Request(f"{base}{path}", data=data, method=method,
+                                 headers={"Authorization": f"Bearer {token}", **headers})
+    with urllib.request.urlopen(req, timeout=120):
+        pass
+
+
+def _upload_scans(stack: Stack, base: str, token: str) -> int:
+    """Archive the scans in demo-scans as a (token) worker would; returns how many were new."""
+    values = [{"value": f"10.5555/scan/{n}"} for n in range(len(SCANS))]
+    api(base, token, "POST", f"/api/v1/admin/projects/{SOURCE}/jobs", {"jobs": values})
+    api(base, token, "POST", "/api/v1/fleet/heartbeat", {
+        "worker_id": "demo-scanner", "capacity": 8, "browser_ok": False,
+        "disk_free_bytes": 1 << 40, "spool_bytes": 0, "running_attempt_ids": []})
+    claimed = api(base, token, "POST", f"/api/v1/projects/{SOURCE}/jobs/claim", {
+        "worker_id": "demo-scanner", "max_jobs": len(SCANS), "lease_seconds": 600})["jobs"]
+    for job in claimed:
+        n = int(job["value"].rsplit("/", 1)[1])
+        data = _scan_bytes(stack.var, n, SCANS[n])
+        _raw(base, token, "PUT", f"/api/v1/fleet/uploads/{job['attempt_id']}", data, {
+            "Content-Type": "application/pdf", "X-PDF-SHA256": hashlib.sha256(data).hexdigest(),
+            "X-PDF-Size": str(len(data))})
+    return len(claimed)
+
+
+def _start_remote(stack: Stack, base: str, env: dict) -> None:
+    """An enrolled OCR node (first choice), approved once; its volume keeps the identity."""
+    volume = stack.var / "ocr-remote"
+    identity = volume / "identity.json"
+    py = sys.executable
+    worker_env = dict(env)
+    if not identity.exists():
+        made = subprocess.run([py, "-m", "flask", "--app", "wsgi", "fleet", "enroll"], env=env,
+                              capture_output=True, text=True)
+        if made.returncode != 0:
+            raise StepFailed(f"flask fleet enroll failed: {made.stderr[-500:]}")
+        worker_env["FLEETHQ_ENROLL"] = made.stdout.strip().splitlines()[-1]
+    stack.spawn("ocr-remote", [
+        py, "-m", "workers.runner.cli", "run", "--master", base, "--volume", str(volume),
+        "--project", TARGET, "--task", "ocr", "--concurrency", "1", "--allow-http",
+        "--client-version", WORKER_VERSION, "--name", "ocr-remote"], worker_env)
+    deadline = time.monotonic() + 60
+    while not (identity.exists() and json.loads(identity.read_text()).get("registered")):
+        stack.check_children()
+        if time.monotonic() > deadline:
+            raise StepFailed("the OCR node did not register")
+        time.sleep(0.2)
+    worker_id = json.loads(identity.read_text())["worker_id"]
+    stack.run_step("ocr-approve", [py, "-m", "flask", "--app", "wsgi", "fleet", "worker", "approve",
+                                   worker_id], env)
+
+
+def _start_local(stack: Stack, base: str, env: dict) -> None:
+    stack.spawn("ocr-local", [
+        sys.executable, "-m", "flask", "--app", "wsgi", "fleet", "local-worker",
+        "--volume", str(stack.var / "ocr-local"), "--master-url", base, "--concurrency", "1",
+        "--tier", "fallback", "--name", "devstack-ocr-local", "--",
+        "--project", TARGET, "--task", "ocr", "--client-version", WORKER_VERSION], env)
+
+
+def ocr_demo(stack: Stack, base: str, token: str, env: dict) -> None:
+    for name in (SOURCE, TARGET):
+        api(base, token, "PUT", f"/api/v1/fleethq/projects/{name}", {
+            "kind": "pdf", "identity_mode": "unique_value", "client_versions": [WORKER_VERSION],
+            "max_in_flight": 8, "max_worker_in_flight": 4, "retry_backoff_seconds": 2})
+    consumers = api(base, token, "GET", f"/api/v1/admin/projects/{SOURCE}/hooks")["consumers"]
+    if not any(c["kind"] == "derive" for c in consumers):
+        api(base, token, "POST", f"/api/v1/admin/projects/{SOURCE}/hooks", {
+            "name": "ocr", "kind": "derive", "target_project": TARGET,
+            "profile": {"name": "ocr", "languages": "eng"}})
+    worker_env = {**env, "FLEETHQ_LOG_LEVEL": env.get("FLEETHQ_LOG_LEVEL", "WARNING")}
+    _start_remote(stack, base, worker_env)
+    _start_local(stack, base, worker_env)
+    new = _upload_scans(stack, base, token)
+    say("ocr", f"{new} scanned papers uploaded into {SOURCE!r}; OCR lanes: ocr-remote (first), "
+               "devstack-ocr-local (fallback, niced)")
+    deadline = time.monotonic() + 600
+    while True:
+        stack.check_children()
+        counts = api(base, token, "GET", f"/api/v1/fleethq/projects/{TARGET}")["job_counts"]
+        settled = counts["done"] + counts["failed"] + counts["reset_exhausted"]
+        if settled >= len(SCANS):
+            break
+        if time.monotonic() > deadline:
+            raise StepFailed(f"OCR did not finish: {counts}")
+        time.sleep(1)
+    for lines in SCANS:
+        word = lines[0].split()[0]
+        hits = api(base, token, "GET", "/api/v1/admin/search?" + urllib.parse.urlencode({"q": word}))
+        keys = [hit["canonical_key"] for hit in hits.get("results", [])]
+        say("ocr", f"search {word!r}: {', '.join(keys) or 'nothing found'}")
+    say("ocr", f"{TARGET}: {counts['done']} OCRed; search them at {base}/admin/search")
