@@ -24,7 +24,7 @@ import pytest
 import redis
 
 from tests.conftest import free_port
-from tests.test_archive import commit_directly, hints, local_store, one  # noqa: F401 (fixtures)
+from tests.test_archive import commit_directly, local_store, one  # noqa: F401 (fixtures)
 from tests.test_hooks import Pipeline, add_consumer, delivery_ids
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

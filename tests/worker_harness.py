@@ -23,7 +23,7 @@ import tasks
 from tasks import actors
 from tests.conftest import unique
 from tests.fleet_helpers import decide, enrollment_credential, pdf_project
-from tests.helpers import VERSION, Api, close_broker, db_rows, wait_for
+from tests.helpers import VERSION, Api, close_broker, db_rows, send_hints_to, wait_for
 from tests.worker_gate import Master
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,6 +116,7 @@ def archiver(app, redis_url, database_url, monkeypatch, tmp_path):
     for actor in PIPELINE_ACTORS:
         monkeypatch.setattr(actor, "broker", broker)
         broker.declare_actor(actor)
+    send_hints_to(monkeypatch, app, broker)
     worker = dramatiq.Worker(broker, worker_threads=2, worker_timeout=100)
     worker.start()
     yield objects
