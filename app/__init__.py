@@ -66,7 +66,7 @@ def _outbox_sender(config):
         return outbox.RecordingSender()
     import tasks
     from tasks.sender import DramatiqSender
-    return DramatiqSender(tasks.broker)
+    return DramatiqSender(tasks.make_broker(config))
 
 
 def _migrations_dir() -> str:

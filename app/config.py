@@ -78,6 +78,8 @@ class Defaults:
     # Who carries the outbox's after-commit hints: "dramatiq" (the tasks
     # process, through Redis) or "recording" (kept in memory; tests).
     OUTBOX_SENDER = "dramatiq"
+    # The tasks broker in memory instead of on REDIS_URL (tests).
+    STUB_BROKER = False
     # Worker traffic has its own pool (DESIGN §12: 16..64, default 20).
     FLEET_POOL_SIZE = 20
 

@@ -24,6 +24,7 @@ import pytest
 from dramatiq.common import QueueJoinTimeout
 
 import tasks
+from app import config as app_config
 from app.storage import LocalObjectStore, content_key, from_config
 from tasks import actors
 from tests.conftest import free_port, unique
@@ -189,12 +190,11 @@ def make_broker(app, redis_url, database_url, monkeypatch):
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.setenv("DATABASE_URL", database_url)
     monkeypatch.setenv("FLEETHQ_LOG_JSON", "false")
-    monkeypatch.delenv("FLEETHQ_STUB_BROKER", raising=False)
     namespace = f"fhq-test-{uuid.uuid4().hex[:10]}"
     made = []
 
     def build():
-        broker = tasks.make_broker()
+        broker = tasks.make_broker(app_config.load())
         broker.namespace = namespace
         broker.recorder = Recorder()
         broker.add_middleware(broker.recorder)

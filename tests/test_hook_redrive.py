@@ -105,7 +105,7 @@ def test_converter_killed_before_its_callback_gets_the_delivery_again_until_it_c
     port = free_port()
     events_path, go = tmp_path / "converter.jsonl", tmp_path / "go.flag"
     converter_argv = [sys.executable, CONVERTER, "--port", str(port), "--log", str(events_path)]
-    tasks_argv = [os.path.join(BIN, "dramatiq"), "tasks", "--processes", "1", "--threads", "2"]
+    tasks_argv = [os.path.join(BIN, "dramatiq"), "tasks:setup_broker", "--processes", "1", "--threads", "2"]
     clock_argv = [sys.executable, "-m", "tasks.clock"]
     started: list[Process] = []
 
