@@ -49,7 +49,7 @@ def create_app(config: dict | None = None, *, check_schema: bool = True,
     cli.init_app(app)
 
     from app.hooks import outbox
-    outbox.install(app, outbox_sender or _outbox_sender(app.config))
+    outbox.install(app, _outbox_sender(app.config) if outbox_sender is None else outbox_sender)
 
     if check_schema:
         from app.ops import schema
