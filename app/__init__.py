@@ -7,7 +7,10 @@ from app import config as config_module
 from app.extensions import db, migrate
 
 
-def create_app(config: dict | None = None, *, check_schema: bool = True) -> Flask:
+def create_app(config: dict | None = None, *, check_schema: bool = True,
+               outbox_sender=None) -> Flask:
+    """``outbox_sender`` (an ``app.hooks.outbox.Sender``) carries the outbox's
+    after-commit hints; without one, ``OUTBOX_SENDER`` chooses it."""
     app = Flask(__name__, template_folder="../templates")
     # Keep documented field order in responses; sorting also costs time on hot routes.
     app.json.sort_keys = False
@@ -45,10 +48,25 @@ def create_app(config: dict | None = None, *, check_schema: bool = True) -> Flas
     from app import cli
     cli.init_app(app)
 
+    from app.hooks import outbox
+    outbox.install(app, _outbox_sender(app.config) if outbox_sender is None else outbox_sender)
+
     if check_schema:
         from app.ops import schema
         schema.refuse_newer_schema(app)
     return app
+
+
+def _outbox_sender(config):
+    """``recording`` keeps hints in memory (tests); ``dramatiq`` sends them
+    to the tasks process. The one place in app/ that knows the tasks package:
+    this is where the parts are put together."""
+    from app.hooks import outbox
+    if config["OUTBOX_SENDER"] == "recording":
+        return outbox.RecordingSender()
+    import tasks
+    from tasks.sender import DramatiqSender
+    return DramatiqSender(tasks.make_broker(config))
 
 
 def _migrations_dir() -> str:

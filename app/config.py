@@ -75,6 +75,11 @@ class Defaults:
     LOG_JSON = True
     SQLALCHEMY_ENGINE_OPTIONS = {"pool_size": 10, "max_overflow": 20, "pool_pre_ping": True,
                                  "connect_args": {"application_name": "fleethq-web"}}
+    # Who carries the outbox's after-commit hints: "dramatiq" (the tasks
+    # process, through Redis) or "recording" (kept in memory; tests).
+    OUTBOX_SENDER = "dramatiq"
+    # The tasks broker in memory instead of on REDIS_URL (tests).
+    STUB_BROKER = False
     # Worker traffic has its own pool (DESIGN §12: 16..64, default 20).
     FLEET_POOL_SIZE = 20
 
@@ -125,6 +130,9 @@ def load(overrides: dict | None = None) -> dict:
     if not isinstance(cfg["MACHINE_TOKENS_VIEWABLE"], bool):
         raise ValueError("MACHINE_TOKENS_VIEWABLE must be true or false, "
                          f"not {cfg['MACHINE_TOKENS_VIEWABLE']!r}")
+    if cfg["OUTBOX_SENDER"] not in OUTBOX_SENDERS:
+        raise ValueError(f"OUTBOX_SENDER must be one of {', '.join(OUTBOX_SENDERS)}, "
+                         f"not {cfg['OUTBOX_SENDER']!r}")
     size = _bounded_int(cfg, "FLEET_POOL_SIZE", 16, 64)
     for key, low, high in RETENTION_BOUNDS:
         _bounded_int(cfg, key, low, high)
@@ -134,6 +142,8 @@ def load(overrides: dict | None = None) -> dict:
     cfg["LISTEN_DSN"] = libpq_url(cfg["SQLALCHEMY_DATABASE_URI"])
     return cfg
 
+
+OUTBOX_SENDERS = ("dramatiq", "recording")
 
 # (setting, lowest, highest); 0 disables a KEEP_* kind.
 RETENTION_BOUNDS = (

@@ -90,7 +90,7 @@ def run(args) -> int:
         token = token_file.read_text().strip()
 
         stack.spawn("web", [py, "-m", "gunicorn", "-c", "python:app.gunicorn_conf", "wsgi:app"], env)
-        stack.spawn("tasks", [py, "-m", "dramatiq", "tasks", "--processes", "1", "--threads", "4"], env)
+        stack.spawn("tasks", [py, "-m", "dramatiq", "tasks:setup_broker", "--processes", "1", "--threads", "4"], env)
         stack.spawn("clock", [py, "-m", "tasks.clock"], env)
 
         base = f"http://127.0.0.1:{port}"

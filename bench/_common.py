@@ -145,7 +145,7 @@ class Master:
         self.procs = [
             subprocess.Popen([os.path.join(bin_dir, "gunicorn"), "-c", "python:app.gunicorn_conf",
                               "--log-level", "warning", "wsgi:app"], cwd=ROOT, env=env, **quiet),
-            subprocess.Popen([os.path.join(bin_dir, "dramatiq"), "tasks", "--processes", "1",
+            subprocess.Popen([os.path.join(bin_dir, "dramatiq"), "tasks:setup_broker", "--processes", "1",
                               "--threads", "4"], cwd=ROOT, env=env, **quiet)]
         if clock:
             self.procs.append(subprocess.Popen([sys.executable, "-m", "tasks.clock"], cwd=ROOT, env=env,

@@ -57,7 +57,7 @@ class Master:
         bin_dir = os.path.dirname(sys.executable)
         self.web = subprocess.Popen([os.path.join(bin_dir, "gunicorn"), "-c", "python:app.gunicorn_conf",
                                      "--log-level", "warning", "wsgi:app"], cwd=ROOT, env=env)
-        self.tasks = subprocess.Popen([os.path.join(bin_dir, "dramatiq"), "tasks", "--processes", "1",
+        self.tasks = subprocess.Popen([os.path.join(bin_dir, "dramatiq"), "tasks:setup_broker", "--processes", "1",
                                        "--threads", "4"], cwd=ROOT, env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_ready(self.base + "/readyz", self.web)

@@ -1,12 +1,21 @@
-"""Dramatiq: the broker (configured here, before any actor is declared) and actors.
+"""Dramatiq: the broker, configured explicitly from the app's settings, and the actors.
 
-Run with ``dramatiq tasks``. Messages are hints: every actor reloads what it
-needs from PostgreSQL, and the clock re-sends periodic work, so losing Redis
-delays work but loses none.
+Run with ``dramatiq tasks:setup_broker``: dramatiq's CLI calls that function in
+each worker process and then works on the global broker it set. Messages are
+hints: every actor reloads what it needs from PostgreSQL, and the clock
+re-sends periodic work, so losing Redis delays work but loses none.
+
+Importing this package reads no environment and connects nowhere. Dramatiq
+binds an actor to a broker when it is declared, so the actors are declared
+on ``declarations``, a broker that only holds their names, queues and
+options; ``setup_broker`` builds the configured broker and binds every actor
+to it. Sending before that (or running plain ``dramatiq tasks``, whose worker
+would find only these declarations) fails loudly instead of talking to a
+default Redis.
 """
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
@@ -15,18 +24,47 @@ from dramatiq.brokers.stub import StubBroker
 from tasks.middleware import AppContext
 
 
-def make_broker():
-    if os.environ.get("FLEETHQ_STUB_BROKER"):
-        broker = StubBroker()
-    else:
-        from app import config
-        # The configured Redis, which may be a running `make dev` stack's.
-        broker = RedisBroker(url=config.load()["REDIS_URL"])
+class BrokerNotConfigured(RuntimeError):
+    pass
+
+
+class Declarations(StubBroker):
+    """Holds the actors' declarations until ``setup_broker`` binds them."""
+
+    def _refuse(self, *_args, **_kwargs):
+        raise BrokerNotConfigured(
+            "no broker is configured in this process: call tasks.setup_broker(config) first "
+            "(run the tasks process as `dramatiq tasks:setup_broker`)")
+
+    enqueue = consume = _refuse
+
+
+declarations = Declarations()
+dramatiq.set_broker(declarations)
+
+from tasks import actors  # noqa: E402,F401  (declares the actors on ``declarations``)
+
+
+def make_broker(config: Mapping):
+    """The broker of a tasks process for these settings: the configured
+    Redis (which may be a running ``make dev`` stack's), or an in-memory one
+    (``STUB_BROKER``), with the app-context middleware."""
+    broker = StubBroker() if config.get("STUB_BROKER") else RedisBroker(url=config["REDIS_URL"])
     broker.add_middleware(AppContext())
     return broker
 
 
-broker = make_broker()
-dramatiq.set_broker(broker)
-
-from tasks import actors  # noqa: E402,F401  (declares the actors on the broker)
+def setup_broker(config: Mapping | None = None):
+    """Build the broker for ``config`` (default: the app's settings,
+    ``app.config.load()``), make it dramatiq's global broker and bind every
+    actor to it. Called once per process by its entry point (the tasks
+    worker processes, the clock); returns the broker."""
+    if config is None:
+        from app import config as app_config
+        config = app_config.load()
+    broker = make_broker(config)
+    for actor in declarations.actors.values():
+        actor.broker = broker
+        broker.declare_actor(actor)
+    dramatiq.set_broker(broker)
+    return broker

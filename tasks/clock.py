@@ -41,6 +41,8 @@ def run(schedule=SCHEDULE, stop=lambda: False) -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s clock %(message)s")
+    import tasks
+    tasks.setup_broker()
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     log.info("clock started")

@@ -1,4 +1,8 @@
-"""Give each actor a Flask app context (one app per worker process)."""
+"""Give each actor a Flask app context (one app per worker process).
+
+The app's outbox hints go back onto the broker that runs the actors, so a
+worker's follow-up work (an archive's hook deliveries) lands in its own queues.
+"""
 from __future__ import annotations
 
 import threading
@@ -12,15 +16,16 @@ class AppContext(dramatiq.Middleware):
         self._lock = threading.Lock()
         self._local = threading.local()
 
-    def _get_app(self):
+    def _get_app(self, broker):
         with self._lock:
             if self._app is None:
                 from app import create_app
-                self._app = create_app()
+                from tasks.sender import DramatiqSender
+                self._app = create_app(outbox_sender=DramatiqSender(broker))
             return self._app
 
     def before_process_message(self, broker, message):
-        ctx = self._get_app().app_context()
+        ctx = self._get_app(broker).app_context()
         ctx.push()
         self._local.ctx = ctx
 

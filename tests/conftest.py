@@ -56,7 +56,8 @@ def app(database_url):
     # A configured secret key, as in production: machine tokens are sealed
     # under it and stay viewable.
     application = create_app({"DATABASE_URL": database_url, "TESTING": True, "LOG_JSON": False,
-                              "SECRET_KEY": "test-secret-key"}, check_schema=False)
+                              "SECRET_KEY": "test-secret-key", "OUTBOX_SENDER": "recording"},
+                             check_schema=False)
     with application.app_context():
         upgrade()
     return application
@@ -74,6 +75,16 @@ def _clean_database(request):
         db.session.commit()
         db.session.remove()
     yield
+
+
+@pytest.fixture
+def hints(app):
+    """The outbox hints sent after this test's commits, as (topic, ref) pairs:
+    the test app records them (OUTBOX_SENDER recording) and sends none."""
+    from app.hooks import outbox
+    sent = outbox.sender_of(app).sent
+    sent.clear()
+    return sent
 
 
 @pytest.fixture
@@ -184,4 +195,5 @@ def scratch_database_url():
 def make_app(url: str, **kw):
     """A separate app on ``url`` (quiet logs, testing mode)."""
     from app import create_app
-    return create_app({"DATABASE_URL": url, "TESTING": True, "LOG_JSON": False}, **kw)
+    return create_app({"DATABASE_URL": url, "TESTING": True, "LOG_JSON": False,
+                       "OUTBOX_SENDER": "recording"}, **kw)

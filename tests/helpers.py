@@ -121,6 +121,14 @@ def wait_for(predicate, timeout: float = 30.0, what: str = "the condition", inte
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+def send_hints_to(monkeypatch, app, broker) -> None:
+    """For this test, the test app's outbox hints go to ``broker`` (the
+    queues of a real tasks process) instead of being recorded."""
+    from app.hooks import outbox
+    from tasks.sender import DramatiqSender
+    monkeypatch.setitem(app.extensions, outbox.SENDER_KEY, DramatiqSender(broker))
+
+
 def close_broker(broker) -> None:
     """Close a test's Dramatiq broker and the database pools its AppContext
     middleware opened, so no connection outlives the test."""

@@ -21,15 +21,15 @@ from dataclasses import dataclass
 import dramatiq
 import psycopg
 import pytest
-from dramatiq.brokers.stub import StubBroker
 from dramatiq.common import QueueJoinTimeout
 
 import tasks
+from app import config as app_config
 from app.storage import LocalObjectStore, content_key, from_config
 from tasks import actors
 from tests.conftest import free_port, unique
 from tests.fleet_helpers import Node, pdf_project
-from tests.helpers import Api, body, close_broker, db_rows
+from tests.helpers import Api, body, close_broker, db_rows, send_hints_to
 from tests.pdfs import make_pdf
 
 PIPELINE_ACTORS = (actors.archive_commit, actors.deliver_hook, actors.reconcile,
@@ -181,41 +181,27 @@ def local_store(app, tmp_path, monkeypatch):
     return LocalObjectStore(str(objects))
 
 
-@pytest.fixture(autouse=True)
-def hints(monkeypatch):
-    """By default the actors point at a stub broker: hints sent after commit
-    are recorded and go nowhere (never to a shared Redis)."""
-    broker = StubBroker()
-    broker.recorder = Recorder()
-    broker.add_middleware(broker.recorder)
-    for actor in PIPELINE_ACTORS:
-        monkeypatch.setattr(actor, "broker", broker)
-        broker.declare_actor(actor)
-    yield broker
-    broker.close()
-
-
 @pytest.fixture
-def make_broker(redis_url, database_url, monkeypatch):
+def make_broker(app, redis_url, database_url, monkeypatch):
     """Build the broker exactly as the ``tasks`` process does (tasks.make_broker)
     on the test Redis, in a namespace of this test only. Each call is a fresh
-    "tasks process" (its own AppContext and app). The actors point at the
-    newest broker."""
+    "tasks process" (its own AppContext and app). The actors and the test
+    app's outbox hints point at the newest broker."""
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.setenv("DATABASE_URL", database_url)
     monkeypatch.setenv("FLEETHQ_LOG_JSON", "false")
-    monkeypatch.delenv("FLEETHQ_STUB_BROKER", raising=False)
     namespace = f"fhq-test-{uuid.uuid4().hex[:10]}"
     made = []
 
     def build():
-        broker = tasks.make_broker()
+        broker = tasks.make_broker(app_config.load())
         broker.namespace = namespace
         broker.recorder = Recorder()
         broker.add_middleware(broker.recorder)
         for actor in PIPELINE_ACTORS:
             monkeypatch.setattr(actor, "broker", broker)
             broker.declare_actor(actor)
+        send_hints_to(monkeypatch, app, broker)
         made.append(broker)
         return broker
 

@@ -17,7 +17,7 @@ from tests.test_fleet import assert_cli_error, cli, cli_json
 from tests.test_spool import age, sweep
 # Shared fixtures and helpers of the upload tests (no test functions imported).
 from tests.test_uploads import (api, archive, attempt_row, dirs, execute, files,  # noqa: F401
-                                hints, job_row, read_response, reserved, sha, spool_names, start,
+                                job_row, read_response, reserved, sha, spool_names, start,
                                 streaming_upload, token_worker_claims_a_paper, upload_rows,
                                 wait_for)
 

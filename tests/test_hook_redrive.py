@@ -24,7 +24,7 @@ import pytest
 import redis
 
 from tests.conftest import free_port
-from tests.test_archive import commit_directly, hints, local_store, one  # noqa: F401 (fixtures)
+from tests.test_archive import commit_directly, local_store, one  # noqa: F401 (fixtures)
 from tests.test_hooks import Pipeline, add_consumer, delivery_ids
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -105,7 +105,7 @@ def test_converter_killed_before_its_callback_gets_the_delivery_again_until_it_c
     port = free_port()
     events_path, go = tmp_path / "converter.jsonl", tmp_path / "go.flag"
     converter_argv = [sys.executable, CONVERTER, "--port", str(port), "--log", str(events_path)]
-    tasks_argv = [os.path.join(BIN, "dramatiq"), "tasks", "--processes", "1", "--threads", "2"]
+    tasks_argv = [os.path.join(BIN, "dramatiq"), "tasks:setup_broker", "--processes", "1", "--threads", "2"]
     clock_argv = [sys.executable, "-m", "tasks.clock"]
     started: list[Process] = []
 

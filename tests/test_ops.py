@@ -498,8 +498,7 @@ def test_config_uses_a_dev_stack_record_only_when_its_database_answers(tmp_path,
     cfg = config.load()
     assert (cfg["DATABASE_URL"], cfg["REDIS_URL"]) == (database_url, redis_url)
     import tasks
-    monkeypatch.delenv("FLEETHQ_STUB_BROKER", raising=False)
-    broker = tasks.make_broker()  # the tasks' hints go to the same Redis
+    broker = tasks.make_broker(config.load())  # the tasks' hints go to the same Redis
     try:
         kwargs = broker.client.connection_pool.connection_kwargs
         assert kwargs["db"] == int(redis_url.rsplit("/", 1)[1])

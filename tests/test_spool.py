@@ -19,7 +19,7 @@ from tests.fleet_helpers import Node
 from tests.helpers import body
 # Shared fixtures and helpers of the upload tests (no test functions imported).
 from tests.test_uploads import (_age_lease, _reap, api, archive, attempt_row, dirs,  # noqa: F401
-                                error_of, execute, files, hints, job_row, read_response, reserved,
+                                error_of, execute, files, job_row, read_response, reserved,
                                 rows, sha, spool_names, start, streaming_upload, upload_head, upload_rows,
                                 wait_for)
 

@@ -14,6 +14,7 @@ from dramatiq.common import QueueJoinTimeout
 from sqlalchemy import text
 
 import tasks
+from app import config as app_config
 from tasks import actors, clock
 from tasks.middleware import AppContext
 from tests.conftest import unique
@@ -94,8 +95,7 @@ def redis_broker(redis_url, database_url, monkeypatch):
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.setenv("DATABASE_URL", database_url)  # read by the middleware's create_app()
     monkeypatch.setenv("FLEETHQ_LOG_JSON", "false")
-    monkeypatch.delenv("FLEETHQ_STUB_BROKER", raising=False)
-    broker = tasks.make_broker()
+    broker = tasks.make_broker(app_config.load())
     recorder = Recorder()
     broker.add_middleware(recorder)
     for actor in ACTORS:
@@ -192,8 +192,7 @@ def test_fold_counters_function(app, ctx, two_claimed):
 
 def test_make_broker_uses_redis_url_and_app_context(monkeypatch, redis_url):
     monkeypatch.setenv("REDIS_URL", redis_url)
-    monkeypatch.delenv("FLEETHQ_STUB_BROKER", raising=False)
-    broker = tasks.make_broker()
+    broker = tasks.make_broker(app_config.load())
     try:
         assert isinstance(broker, RedisBroker)
         kwargs = broker.client.connection_pool.connection_kwargs
@@ -206,17 +205,36 @@ def test_make_broker_uses_redis_url_and_app_context(monkeypatch, redis_url):
 
 
 def test_make_broker_stub_for_tests(monkeypatch):
-    monkeypatch.setenv("FLEETHQ_STUB_BROKER", "1")
-    broker = tasks.make_broker()
+    monkeypatch.setenv("FLEETHQ_STUB_BROKER", "true")
+    broker = tasks.make_broker(app_config.load())
     assert isinstance(broker, StubBroker)
     assert any(isinstance(m, AppContext) for m in broker.middleware)
 
 
-def test_actors_are_declared_on_the_global_broker():
-    assert dramatiq.get_broker() is tasks.broker
-    for actor in ACTORS:
-        assert tasks.broker.get_actor(actor.actor_name) is actor
-        assert actor.queue_name == "maintenance"
+def test_importing_tasks_configures_no_broker():
+    """Until an entry point calls setup_broker, the actors only have their
+    declarations: a send fails loudly instead of reaching a default Redis."""
+    assert dramatiq.get_broker() is tasks.declarations
+    assert set(tasks.declarations.actors) >= {a.actor_name for a in ACTORS}
+    with pytest.raises(tasks.BrokerNotConfigured, match="tasks:setup_broker"):
+        tasks.declarations.enqueue(actors.reap_leases.message())
+    with pytest.raises(tasks.BrokerNotConfigured):
+        tasks.declarations.consume("maintenance")
+
+
+def test_setup_broker_binds_every_actor_to_the_configured_broker(monkeypatch, redis_url):
+    for actor in tasks.declarations.actors.values():
+        monkeypatch.setattr(actor, "broker", actor.broker)  # restored afterwards
+    monkeypatch.setattr(dramatiq.broker, "global_broker", dramatiq.get_broker())
+    broker = tasks.setup_broker({"REDIS_URL": redis_url})
+    try:
+        assert isinstance(broker, RedisBroker) and dramatiq.get_broker() is broker
+        for name, actor in tasks.declarations.actors.items():
+            assert broker.get_actor(name) is actor and actor.broker is broker
+        assert {a.queue_name for a in ACTORS} == {"maintenance"}
+        assert broker.get_declared_queues() >= {"maintenance", "archive", "hooks"}
+    finally:
+        broker.close()
 
 
 # ------------------------------------------------------- through real Redis

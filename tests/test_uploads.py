@@ -67,16 +67,6 @@ def dirs(app, tmp_path):
                 app.config[key] = value
 
 
-@pytest.fixture(autouse=True)
-def hints(monkeypatch):
-    """Outbox hints are recorded instead of going to a real Redis queue: these
-    tests run the archive commit themselves."""
-    from app.hooks import outbox
-    sent = []
-    monkeypatch.setattr(outbox, "send_hint", lambda topic, ref: sent.append((topic, ref)))
-    return sent
-
-
 @pytest.fixture
 def api(client, admin_token, dirs):
     return Api(client, admin_token)

@@ -20,10 +20,11 @@ import dramatiq
 import pytest
 
 import tasks
+from app import config as app_config
 from tasks import actors
 from tests.conftest import unique
 from tests.fleet_helpers import decide, enrollment_credential, pdf_project
-from tests.helpers import VERSION, Api, close_broker, db_rows, wait_for
+from tests.helpers import VERSION, Api, close_broker, db_rows, send_hints_to, wait_for
 from tests.worker_gate import Master
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,12 +111,12 @@ def archiver(app, redis_url, database_url, monkeypatch, tmp_path):
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.setenv("DATABASE_URL", database_url)
     monkeypatch.setenv("FLEETHQ_LOG_JSON", "false")
-    monkeypatch.delenv("FLEETHQ_STUB_BROKER", raising=False)
-    broker = tasks.make_broker()
+    broker = tasks.make_broker(app_config.load())
     broker.namespace = f"fhq-worker-test-{uuid.uuid4().hex[:10]}"
     for actor in PIPELINE_ACTORS:
         monkeypatch.setattr(actor, "broker", broker)
         broker.declare_actor(actor)
+    send_hints_to(monkeypatch, app, broker)
     worker = dramatiq.Worker(broker, worker_threads=2, worker_timeout=100)
     worker.start()
     yield objects

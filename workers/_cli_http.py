@@ -1,7 +1,10 @@
-"""HTTP plumbing of ``hqctl``: settings, bearer auth, the error envelope
-(DESIGN §6) and a progress line on stderr. Bearer auth and the reading of
-``Retry-After`` hints are the SDK's own (``workers.sdk``), so every client on
-the worker side sends and waits alike.
+"""HTTP plumbing of ``hqctl``: settings, the CLI's errors and a progress line
+on stderr. The HTTP itself is the SDK's layer (``workers.sdk._http``: sessions,
+no redirects, the error envelope of DESIGN §6, Retry-After, upload bodies,
+path segments) with the SDK's bearer auth, so every client on the worker side
+sends and reads answers alike. As a shell tool, hqctl takes proxies and a CA
+bundle from the environment (HTTPS_PROXY, REQUESTS_CA_BUNDLE, ...), passed to
+that layer explicitly.
 
     CliError          a failure the CLI reports; exit 1
     ├── UsageError    bad settings or arguments; exit 2
@@ -17,17 +20,19 @@ import os
 import sys
 import time
 from importlib import metadata
-from urllib.parse import quote, urlsplit
-
-import requests
-from urllib3.exceptions import NewConnectionError
+from urllib.parse import urlsplit
 
 from workers.private_file import OpenToOthers, read_private
-from workers.protocol import CLIENT_VERSION_HEADER, master_base_url
-from workers.sdk._retry import retry_after_s
+from workers.protocol import CLIENT_VERSION_HEADER
+from workers.sdk._errors import FleetHQError, ProtocolError
+from workers.sdk._http import (CONNECT_TIMEOUT_S, BlockReader, Sessions, base_url, describe,
+                               environment_settings, error_from, reached, segment)
 from workers.sdk._transport import BearerAuth
 
-CONNECT_TIMEOUT = 10.0
+__all__ = ["ApiError", "CliError", "Client", "Progress", "UploadBody", "UsageError",
+           "check_master", "client_version", "read_token_file", "resolve_settings", "segment"]
+
+CONNECT_TIMEOUT = CONNECT_TIMEOUT_S
 
 
 class CliError(Exception):
@@ -38,7 +43,7 @@ class UsageError(CliError):
     exit_code = 2
 
 
-class ApiError(CliError):
+class ApiError(CliError, FleetHQError):
     """An error answer (``status`` set) or a transport failure (``status`` None).
 
     ``enveloped`` is True when the body was FleetHQ's own error envelope, so
@@ -77,13 +82,6 @@ def client_version() -> str:
         return "hqctl/0+unknown"
 
 
-def segment(value: str) -> str:
-    """One URL path segment. ``.`` and ``..`` are valid identifiers, but a URL
-    library would resolve them as dot segments, so they are escaped."""
-    quoted = quote(str(value), safe="")
-    return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
-
-
 def _is_loopback(host: str) -> bool:
     if host.lower() == "localhost":
         return True
@@ -97,9 +95,9 @@ def check_master(url: str, *, allow_http: bool = False) -> str:
     """Return the master's base URL without a trailing slash, or raise UsageError."""
     try:  # plain http to this machine itself never crosses a network
         host = urlsplit(url.strip()).hostname
-        return master_base_url(url, allow_http=allow_http or bool(host and _is_loopback(host)),
-                               http_hint="pass --allow-http on a trusted network")
-    except ValueError as exc:
+        return base_url(url, allow_http=allow_http or bool(host and _is_loopback(host)),
+                        http_hint="pass --allow-http on a trusted network")
+    except (ValueError, ProtocolError) as exc:
         raise UsageError(str(exc)) from None
 
 
@@ -161,44 +159,15 @@ def resolve_settings(master: str | None, token: str | None, token_file: str | No
     return master, token
 
 
-def _connected(exc: requests.RequestException) -> bool:
-    """False when the failure happened before any byte of the request was sent."""
-    if isinstance(exc, (requests.exceptions.ConnectTimeout, requests.exceptions.SSLError)):
-        return False
-    if isinstance(exc, requests.exceptions.ConnectionError) and exc.args:
-        reason = getattr(exc.args[0], "reason", exc.args[0])
-        return not isinstance(reason, NewConnectionError)
-    return True
-
-
-def _describe(exc: requests.RequestException) -> str:
-    # requests nests urllib3's error; its last clause ("[Errno 111] Connection
-    # refused") is the part a person needs.
-    reason = getattr(exc.args[0], "reason", None) if exc.args else None
-    text = str(reason).rsplit(": ", 1)[-1] if reason is not None else str(exc)
-    return f"{type(exc).__name__}: {text}"[:400]
-
-
-def _retry_after_ms(response, envelope_ms=None) -> int | None:
-    hint = retry_after_s(envelope_ms, response.headers.get("Retry-After"))
-    return None if hint is None else int(hint * 1000)
-
-
 def _error_from(response) -> ApiError:
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    err = body.get("error") if isinstance(body, dict) else None
-    if isinstance(err, dict) and "code" in err:
-        return ApiError(response.status_code, str(err["code"]), str(err.get("message") or ""),
-                        retryable=bool(err.get("retryable")),
-                        retry_after_ms=_retry_after_ms(response, err.get("retry_after_ms")),
-                        details=err.get("details"), enveloped=True)
-    text = response.text.strip()[:200] if response.text else ""
-    return ApiError(response.status_code, f"http_{response.status_code}",
-                    text or response.reason or "error without a body",
-                    retry_after_ms=_retry_after_ms(response))
+    """The SDK's reading of an error answer, as the CLI reports it: the
+    envelope's ``retryable`` is the master's word; a proxy's page is never
+    called retryable (``enveloped`` False)."""
+    err = error_from(response)
+    enveloped = err.envelope is not None
+    return ApiError(err.status, err.code, err.message,
+                    retryable=err.retryable if enveloped else False,
+                    retry_after_ms=err.retry_after_ms, details=err.details, enveloped=enveloped)
 
 
 class Client:
@@ -207,11 +176,11 @@ class Client:
     def __init__(self, master: str, token: str, *, allow_http: bool = False, timeout: float = 60.0):
         self.base = check_master(master, allow_http=allow_http)
         self.timeout = timeout
-        self.session = requests.Session()
-        self.session.auth = BearerAuth(token)
         version = client_version()
-        self.session.headers.update({"User-Agent": version, CLIENT_VERSION_HEADER: version,
-                                     "Accept": "application/json"})
+        self._auth = BearerAuth(token)
+        self._sessions = Sessions(headers={"User-Agent": version, CLIENT_VERSION_HEADER: version,
+                                           "Accept": "application/json"},
+                                  **environment_settings(self.base))
 
     def request(self, method: str, path: str, *, params=None, json=None, data=None,
                 headers=None, timeout: float | None = None):
@@ -223,15 +192,14 @@ class Client:
         """
         url = f"{self.base}/api/v1/{path}"
         try:
-            response = self.session.request(
+            response = self._sessions.request(
                 method, url, params=params, json=json, data=data, headers=headers,
-                timeout=(CONNECT_TIMEOUT, timeout or self.timeout),
-                # A redirect could carry the token to another host, or turn a
-                # POST into a GET: report it instead.
-                allow_redirects=False)
-        except requests.RequestException as exc:
-            raise ApiError(None, "connection_error", f"{self.base}: {_describe(exc)}",
-                           connected=_connected(exc)) from None
+                auth=self._auth, timeout=(CONNECT_TIMEOUT, timeout or self.timeout))
+        except FleetHQError as exc:
+            raise ApiError(None, "connection_error", f"{self.base}: {describe(exc.__cause__)}",
+                           connected=reached(exc.__cause__)) from None
+        # A redirect could carry the token to another host, or turn a POST
+        # into a GET: it is reported instead of followed.
         if 300 <= response.status_code < 400:
             target = response.headers.get("Location", "?")
             raise ApiError(response.status_code, "redirect",
@@ -287,23 +255,17 @@ class Progress:
             self.stream.flush()
 
 
-class UploadBody:
-    """A file that requests streams block by block (it has ``read`` and a
-    length), counting bytes for the progress line. Never loads the file."""
+class UploadBody(BlockReader):
+    """The SDK's upload body (1 MiB reads, never the whole file), counting
+    bytes for the progress line."""
 
     def __init__(self, stream, size: int, progress: Progress):
-        self._stream, self._size, self._progress = stream, size, progress
+        super().__init__(stream, size)
+        self._progress = progress
         self.sent = 0
 
-    def __len__(self) -> int:
-        return self._size
-
-    def read(self, amount: int = -1) -> bytes:
-        chunk = self._stream.read(amount if amount and amount > 0 else 1 << 16)
+    def read(self, _n: int = -1) -> bytes:
+        chunk = super().read()
         self.sent += len(chunk)
         self._progress.update(self.sent, f"{self.sent >> 20} MiB", force=not chunk)
         return chunk
-
-    def __iter__(self):
-        while chunk := self.read(1 << 16):
-            yield chunk

@@ -19,7 +19,7 @@ import time
 
 from workers._cli_http import ApiError, CliError, Progress, UploadBody, UsageError, segment
 from workers.protocol import IDENTITY_MODES
-from workers.sdk._retry import RetryPolicy
+from workers.sdk._retry import DEFAULT as RETRY
 from workers.spec_input import InputError, SpecInput
 
 # The master refuses enqueue bodies over 8 MiB; the margin covers the envelope.
@@ -27,8 +27,6 @@ MAX_BATCH_BODY = 8 * 1024 * 1024 - 4096
 DEFAULT_BATCH_SIZE = 1000
 DEFAULT_MAX_JOBS = 10_000_000
 DEFAULT_PROGRESS_EVERY = 100
-# hqctl waits for people, not for a fleet: longer steps than the SDK's.
-RETRY = RetryPolicy(backoff_base_s=0.5, backoff_cap_s=60.0)
 
 
 def _emit(obj) -> int:
@@ -65,8 +63,11 @@ def _should_retry(err: ApiError, mode: str) -> bool:
     return err.status == 429 or err.status >= 500 or err.retryable
 
 
-def _backoff(attempt: int, hint_ms: int | None) -> float:
-    return max(RETRY.backoff(attempt), min((hint_ms or 0) / 1000, RETRY.max_retry_after_s))
+def _pause(attempt: int, err: ApiError) -> float | None:
+    """The SDK's pause before resending (None: the master asks for a longer
+    wait than the policy allows, so the error is reported instead)."""
+    hint = None if err.retry_after_ms is None else err.retry_after_ms / 1000
+    return RETRY.pause(attempt, hint, server_error=err.status is not None and err.status >= 500)
 
 
 def _post_batch(client, path: str, parts: list[bytes], mode: str, args) -> dict:
@@ -77,9 +78,10 @@ def _post_batch(client, path: str, parts: list[bytes], mode: str, args) -> dict:
             return client.request("POST", path, data=body,
                                   headers={"Content-Type": "application/json"})
         except ApiError as err:
-            if attempt >= args.retries or not _should_retry(err, mode):
+            pause = _pause(attempt, err)
+            if attempt >= args.retries or not _should_retry(err, mode) or pause is None:
                 raise
-            time.sleep(_backoff(attempt, err.retry_after_ms))
+            time.sleep(pause)
             attempt += 1
 
 

@@ -1,20 +1,58 @@
-"""The outbox: durable "do this after commit" rows, relayed to Dramatiq.
+"""The outbox: durable "do this after commit" rows, relayed by a sender.
 
 ``add`` writes a row in the caller's transaction and remembers a hint; the
-hint is sent only after that transaction commits (a session event). If Redis
-is down or the hint is lost, the reconciler re-sends every due row from
-PostgreSQL, so work is delayed, never lost.
+hint is sent only after that transaction commits (a session event) and
+dropped on rollback. If the sender fails (Redis down) or the hint is lost,
+the reconciler re-sends every due row from PostgreSQL, so work is delayed,
+never lost.
+
+Who carries a hint is the app's choice, not this module's: ``create_app``
+installs a ``Sender`` (the Dramatiq one of ``tasks.sender`` in production,
+``RecordingSender`` in tests), so domain code never reaches into the tasks
+package.
 """
 from __future__ import annotations
 
 import logging
+import threading
+from typing import Protocol
 
+from flask import Flask, current_app
 from sqlalchemy import event, text
 from sqlalchemy.orm import Session
 
 from app.extensions import db
 
 log = logging.getLogger(__name__)
+SENDER_KEY = "fleethq.outbox_sender"
+
+
+class Sender(Protocol):
+    """Carries one hint: "the outbox row (topic, ref) is due". It may raise
+    (a broker that is down); ``send_hint`` logs and swallows that."""
+
+    def send(self, topic: str, ref: int) -> None: ...
+
+
+class RecordingSender:
+    """Sends nothing and remembers every hint, in order (tests assert what
+    was hinted; nothing reaches a shared queue)."""
+
+    def __init__(self):
+        self.sent: list[tuple[str, int]] = []
+        self._lock = threading.Lock()
+
+    def send(self, topic: str, ref: int) -> None:
+        with self._lock:
+            self.sent.append((topic, ref))
+
+
+def install(app: Flask, sender: Sender) -> None:
+    app.extensions[SENDER_KEY] = sender
+
+
+def sender_of(app: Flask) -> Sender:
+    return app.extensions[SENDER_KEY]
 MAX_BACKOFF_S = 3600
 
 
@@ -96,10 +134,9 @@ def due(limit: int = 500) -> list[tuple[str, int]]:
 
 
 def send_hint(topic: str, ref: int) -> None:
+    """Hand one hint to the current app's sender."""
     try:
-        from tasks import actors
-        actor = {"archive_commit": actors.archive_commit, "hook_delivery": actors.deliver_hook}[topic]
-        actor.send(ref)
+        sender_of(current_app).send(topic, ref)
     except Exception as exc:  # Redis down: the reconciler will find the row
         log.warning("could not send %s %s: %s", topic, ref, exc.__class__.__name__)
 

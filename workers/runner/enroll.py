@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from workers.runner.master import Master, MasterError, Refused, Unreachable
+from workers.runner.master import RETRY, Master, MasterError, Refused, Unreachable
 from workers.runner.volume import Identity, Volume
 
 log = logging.getLogger("fleethq.worker")
@@ -37,7 +37,7 @@ def ensure_registered(volume: Volume, master: Master, *, name: str, credential: 
         identity = Identity.generate(name, master.base)
         volume.save_identity(identity)
         log.info("new worker identity %s written to %s", identity.worker_id, volume.identity_path)
-    delay = 1.0
+    tries = 0
     while not stop.is_set():
         try:
             master.call("POST", "/api/v1/fleet/register", auth=False, body={
@@ -46,9 +46,10 @@ def ensure_registered(volume: Volume, master: Master, *, name: str, credential: 
             break
         except MasterError as exc:
             if isinstance(exc, Unreachable) or exc.retryable:
-                log.warning("register: %s; retrying with the same identity in %.0f s", exc, delay)
+                delay = RETRY.pause(tries, exc.retry_after_s) or RETRY.max_retry_after_s
+                tries += 1
+                log.warning("register: %s; retrying with the same identity in %.1f s", exc, delay)
                 stop.wait(delay)
-                delay = min(delay * 2, 30.0)
                 continue
             if exc.status == 409 and exc.code == "invalid_transition":
                 break  # this id is already registered (an earlier run got through)
@@ -71,17 +72,18 @@ def wait_until_approved(master: Master, *, poll_s: float, stop: threading.Event)
         InterruptedError: ``stop`` was set.
     """
     said_pending = False
-    delay = 1.0
+    tries = 0
     while not stop.is_set():
         try:
             _, node = master.call("GET", "/api/v1/fleet/status")
-            delay = 1.0
+            tries = 0
         except Refused:
             raise
         except MasterError as exc:
-            log.warning("status: %s; retrying in %.0f s", exc, delay)
+            delay = RETRY.pause(tries, exc.retry_after_s) or RETRY.max_retry_after_s
+            tries += 1
+            log.warning("status: %s; retrying in %.1f s", exc, delay)
             stop.wait(delay)
-            delay = min(delay * 2, 30.0)
             continue
         status = node.get("status")
         if status in ("active", "draining"):

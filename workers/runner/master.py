@@ -1,33 +1,42 @@
-"""HTTP to the master: bearer token, client version, error envelope.
+"""HTTP to the master for the worker program: the SDK's HTTP layer
+(``workers.sdk._http``) under the names and answers the runner modules use.
 
-- HTTPS only unless ``allow_http`` (the bearer token would travel in clear).
-- Redirects are never followed: a 3xx is an error, so the token is never
-  re-sent to wherever a redirect points.
-- No proxies or ~/.netrc from the environment (``trust_env`` off): netrc
-  credentials would replace the bearer header. A proxy can be set explicitly.
-- Uploads stream the file with 1 MiB reads: http.client/urllib3 read a file
-  body 8–16 KiB at a time, which caps a loopback upload at a few hundred MB/s
-  of Python overhead; :class:`BlockReader` ignores the small block size.
-- One ``requests.Session`` per thread: sessions are not documented as
-  thread-safe, and a thread's keep-alive connection is reused across its calls.
+What the layer guarantees (one implementation for the SDK, this module and
+the admin CLIs): one ``requests.Session`` per thread with ``trust_env`` off
+and an explicit proxy, redirects never followed, the error envelope and
+Retry-After read one way, uploads streamed with 1 MiB reads, the base URL
+checked (HTTPS unless ``allow_http``) and path segments quoted.
+
+What is the worker program's own:
+
+- ``call`` sends once and never retries: each loop that calls the master
+  (claiming, delivery, heartbeats, registration) decides when to try again;
+  ``RETRY`` is the SDK's retry policy, for its pauses (its ``attempts`` is
+  not used: those loops retry until stopped).
+- Errors are ``MasterError`` (an SDK ``FleetHQError``): ``Unreachable`` when
+  nothing answered, ``Refused`` for a 401 on an authenticated call. 429, 503
+  and 507 count as retryable whatever the envelope says (the spool or a
+  rate limit frees up by itself).
+- An empty 2xx body reads as ``{}``; there is no Cache-Control check.
 """
 from __future__ import annotations
 
 import json
 import os
-import threading
-from urllib.parse import quote
 
-import requests
+from workers.protocol import CLIENT_VERSION_HEADER
+from workers.sdk._errors import FleetHQError, ProtocolError
+from workers.sdk._http import (CONNECT_TIMEOUT_S, READ_TIMEOUT_S, UPLOAD_BLOCK, BlockReader,
+                               Sessions, base_url as _base_url, error_from, segment)
+from workers.sdk._retry import DEFAULT as RETRY
 
-from workers.protocol import CLIENT_VERSION_HEADER, master_base_url
+__all__ = ["CONNECT_TIMEOUT_S", "READ_TIMEOUT_S", "RETRY", "UPLOAD_BLOCK", "BlockReader", "Master",
+           "MasterError", "Refused", "Unreachable", "base_url", "seg"]
 
-CONNECT_TIMEOUT_S = 10.0
-READ_TIMEOUT_S = 60.0
-UPLOAD_BLOCK = 1024 * 1024
+seg = segment
 
 
-class MasterError(Exception):
+class MasterError(FleetHQError):
     """An error answer (``status`` set) or no answer at all (``status`` None)."""
 
     def __init__(self, status: int | None, code: str, message: str, *, retryable: bool = False,
@@ -50,29 +59,10 @@ class Refused(MasterError):
 
 def base_url(url: str, *, allow_http: bool) -> str:
     """The master's base URL; ``ValueError`` for a URL the worker refuses."""
-    return master_base_url(url, allow_http=allow_http, http_hint="--allow-http on a trusted network")
-
-
-class BlockReader:
-    """A file body for requests that hands out 1 MiB per read() whatever size
-    is asked for, and whose len() gives requests the Content-Length."""
-
-    def __init__(self, f, size: int):
-        self._f, self._size = f, size
-
-    def __len__(self) -> int:
-        return self._size
-
-    def read(self, _n: int = -1) -> bytes:
-        return self._f.read(UPLOAD_BLOCK)
-
-
-def _retry_after(envelope_ms, header) -> float | None:
-    if isinstance(envelope_ms, int) and not isinstance(envelope_ms, bool) and envelope_ms >= 0:
-        return envelope_ms / 1000
-    if header and header.strip().isdigit():
-        return float(header.strip())
-    return None
+    try:
+        return _base_url(url, allow_http=allow_http, http_hint="--allow-http on a trusted network")
+    except ProtocolError as exc:
+        raise ValueError(str(exc)) from None
 
 
 class Master:
@@ -81,17 +71,8 @@ class Master:
         self.base = base_url(url, allow_http=allow_http)
         self.client_version = client_version
         self.secret = secret
-        self._proxies = {"http": proxy, "https": proxy} if proxy else {}
-        self._local = threading.local()
-
-    def _session(self) -> requests.Session:
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = requests.Session()
-            session.trust_env = False
-            session.headers["User-Agent"] = self.client_version
-            self._local.session = session
-        return session
+        self._sessions = Sessions(headers={"User-Agent": client_version},
+                                  proxies={"http": proxy, "https": proxy} if proxy else None)
 
     def call(self, method: str, path: str, *, body=None, data=None, headers=None,
              timeout: float = READ_TIMEOUT_S, auth: bool = True) -> tuple[int, dict]:
@@ -110,23 +91,21 @@ class Master:
             all_headers["Content-Type"] = "application/json"
         all_headers.update(headers or {})
         try:
-            response = self._session().request(
-                method, self.base + path, data=data, headers=all_headers,
-                timeout=(CONNECT_TIMEOUT_S, timeout), allow_redirects=False,
-                proxies=self._proxies)
-            payload = response.content
-        except requests.RequestException as exc:
-            self._local.session = None  # a broken keep-alive connection is not reused
-            raise Unreachable(f"{method} {path}: {type(exc).__name__}: {exc}") from None
-        return self._answer(method, path, response, payload, auth)
+            response = self._sessions.request(method, self.base + path, data=data,
+                                              headers=all_headers,
+                                              timeout=(CONNECT_TIMEOUT_S, timeout))
+        except FleetHQError as exc:
+            cause = exc.__cause__
+            raise Unreachable(f"{method} {path}: {type(cause).__name__}: {cause}") from None
+        return self._answer(method, path, response, auth)
 
-    def _answer(self, method, path, response, payload, auth) -> tuple[int, dict]:
+    def _answer(self, method, path, response, auth) -> tuple[int, dict]:
         status = response.status_code
-        try:
-            decoded = json.loads(payload) if payload else {}
-        except ValueError:
-            decoded = None
         if 200 <= status < 300:
+            try:
+                decoded = json.loads(response.content) if response.content else {}
+            except ValueError:
+                decoded = None
             if not isinstance(decoded, dict):
                 raise MasterError(status, "bad_answer", f"{method} {path}: answer is not a JSON object",
                                   retryable=True)
@@ -135,16 +114,12 @@ class Master:
             raise MasterError(status, "redirect", f"{method} {path} answered a redirect to "
                               f"{response.headers.get('Location')!r}; not followed (the bearer "
                               "token stays with the configured master): fix --master")
-        envelope = decoded.get("error") if isinstance(decoded, dict) else None
-        if not isinstance(envelope, dict):
-            envelope = {"code": f"http_{status}", "message": payload[:200].decode(errors="replace"),
-                        "retryable": status >= 500 or status == 429}
+        err = error_from(response)
         kind = Refused if status == 401 and auth else MasterError
-        raise kind(status, str(envelope.get("code")), str(envelope.get("message")),
-                   retryable=bool(envelope.get("retryable")) or status in (429, 503, 507),
-                   retry_after_s=_retry_after(envelope.get("retry_after_ms"),
-                                              response.headers.get("Retry-After")),
-                   details=envelope.get("details"))
+        raise kind(status, err.code, err.message,
+                   retryable=err.retryable or status in (429, 503, 507),
+                   retry_after_s=None if err.retry_after_ms is None else err.retry_after_ms / 1000,
+                   details=err.details)
 
     def upload(self, attempt_id: str, path, *, sha256: str, size: int, extra_headers: dict,
                timeout: float) -> tuple[int, dict]:
@@ -156,8 +131,3 @@ class Master:
                 raise OSError(f"{path} changed size since it was journaled")
             return self.call("PUT", f"/api/v1/fleet/uploads/{seg(attempt_id)}",
                              data=BlockReader(f, size), headers=headers, timeout=timeout)
-
-
-def seg(value: str) -> str:
-    quoted = quote(str(value), safe="")
-    return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted

@@ -36,6 +36,29 @@ class RetryPolicy:
         step = min(self.backoff_cap_s, self.backoff_base_s * (2 ** min(retry, 30)))
         return step * (0.5 + (rng or random).random() * 0.5)
 
+    def pause(self, retry: int, retry_after_s: float | None = None, *, server_error: bool = False,
+              rng: random.Random | None = None) -> float | None:
+        """Seconds before retry number ``retry`` of a call the server may
+        accept later, or None: its requested pause is longer than
+        ``max_retry_after_s``, so waiting is the caller's decision, not ours.
+
+        Without a hint it is the backoff. With one it is a little over the
+        hint: the server is ready by then, and clients told the same instant
+        spread out. A server error (``server_error``) keeps at least its backoff.
+        """
+        backoff = self.backoff(retry, rng)
+        if retry_after_s is None:
+            return backoff
+        if retry_after_s > self.max_retry_after_s:
+            return None
+        return max(retry_after_s * (1.0 + 0.1 * (rng or random).random()),
+                   backoff if server_error else 0.0)
+
+
+# The policy of every worker-side client that retries: the SDK, the worker
+# program's loops and hqctl.
+DEFAULT = RetryPolicy()
+
 
 def retry_after_s(envelope_ms, header: str | None) -> float | None:
     """The server's requested pause: the envelope's exact ``retry_after_ms``

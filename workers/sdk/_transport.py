@@ -1,8 +1,10 @@
 """One HTTP call to the master: bearer auth, the client version, retries,
 and the checks that keep the token and the answers trustworthy.
 
-Only ``requests`` is used; a caller may hand in its own ``requests.Session``
-(for proxies, custom CA bundles or a test adapter) and it is never mutated.
+Sessions, redirects and error answers are handled by ``workers.sdk._http``,
+the layer the worker program and the admin CLIs share; a caller may hand in
+its own ``requests.Session`` (for proxies, custom CA bundles or a test
+adapter) and it is never mutated.
 """
 from __future__ import annotations
 
@@ -10,51 +12,23 @@ import random
 import threading
 import time
 from email.utils import parsedate_to_datetime
-from urllib.parse import quote
 
 import requests
 
-from workers.protocol import CLIENT_VERSION_HEADER_ALIAS, master_base_url
-from workers.sdk._errors import (APIError, FleetHQError, ProtocolError, TransportError,
-                                 api_error_class)
-from workers.sdk._retry import RetryPolicy, retry_after_s
+from workers.protocol import CLIENT_VERSION_HEADER_ALIAS
+from workers.sdk._errors import APIError, FleetHQError, ProtocolError, TransportError
+from workers.sdk._http import (CONNECT_TIMEOUT_S, HTTP_HINT, READ_TIMEOUT_S, Sessions, base_url,
+                               error_from, segment)
+from workers.sdk._retry import DEFAULT, RetryPolicy
 
-CONNECT_TIMEOUT_S = 10.0
-READ_TIMEOUT_S = 60.0
+__all__ = ["CONNECT_TIMEOUT_S", "HTTP_HINT", "READ_TIMEOUT_S", "BearerAuth", "Transport",
+           "base_url", "check_not_cacheable", "segment"]
+
 USER_AGENT = "fleethq-sdk/1"
-
-# Failures after which the request may be sent again. Other requests
-# exceptions (invalid URL, bad headers) would only fail the same way again.
-_NETWORK_ERRORS = (requests.ConnectionError, requests.Timeout,
-                   requests.exceptions.ChunkedEncodingError)
 
 # Cache-Control directives that let a cache store or reuse an answer.
 _CACHEABLE = ("public", "immutable", "max-age", "s-maxage", "stale-while-revalidate",
               "stale-if-error")
-
-
-HTTP_HINT = "pass allow_http=True on a trusted network"
-
-
-def base_url(url: str, *, allow_http: bool, http_hint: str = HTTP_HINT) -> str:
-    """The master's base URL without a trailing slash; ``http_hint`` says how
-    the caller allows plain http.
-
-    Raises:
-        ProtocolError: not http(s), credentials or a query in the URL, or plain
-            http without ``allow_http`` (the bearer token would travel in clear).
-    """
-    try:
-        return master_base_url(url, allow_http=allow_http, http_hint=http_hint)
-    except ValueError as exc:
-        raise ProtocolError(str(exc)) from None
-
-
-def segment(value: str) -> str:
-    """One path segment; ``.``/``..`` are valid identifiers but would be
-    resolved as dot segments, so they are escaped too."""
-    quoted = quote(str(value), safe="")
-    return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
 
 
 def check_not_cacheable(response) -> None:
@@ -90,27 +64,6 @@ class BearerAuth(requests.auth.AuthBase):
         return "<Bearer ***>"
 
 
-def _error(response) -> APIError:
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    err = body.get("error") if isinstance(body, dict) else None
-    hint = retry_after_s(err.get("retry_after_ms") if isinstance(err, dict) else None,
-                         response.headers.get("Retry-After"))
-    hint_ms = None if hint is None else int(hint * 1000)
-    cls = api_error_class(response.status_code)
-    if isinstance(err, dict) and isinstance(err.get("code"), str):
-        return cls(str(err.get("message") or ""), code=err["code"], status=response.status_code,
-                   retryable=bool(err.get("retryable")), retry_after_ms=hint_ms,
-                   details=err.get("details"), envelope=err)
-    # Not our envelope: a proxy or load balancer answered.
-    text = (response.text or "").strip()[:200] or response.reason or "error without a body"
-    return cls(text, code=f"http_{response.status_code}", status=response.status_code,
-               retryable=response.status_code == 429 or response.status_code >= 500,
-               retry_after_ms=hint_ms)
-
-
 class Transport:
     """Sends JSON calls to ``{base}/api/v1/...`` with retries.
 
@@ -128,11 +81,10 @@ class Transport:
         if not client_version or not str(client_version).isprintable():
             raise ValueError("client_version is required")
         self.base = base_url(url, allow_http=allow_http, http_hint=http_hint)
-        self.retry = retry or RetryPolicy()
+        self.retry = retry or DEFAULT
         self.timeout_s = timeout_s
         self._auth = BearerAuth(token)
-        self._owns_session = session is None
-        self._session = session or requests.Session()
+        self._sessions = Sessions(session=session)
         # SavewebHQ's header name: FleetHQ accepts it, and a SavewebHQ
         # master accepts no other.
         self._headers = {CLIENT_VERSION_HEADER_ALIAS: str(client_version), "Accept": "application/json",
@@ -144,8 +96,7 @@ class Transport:
         self.server_offset_s: float | None = None
 
     def close(self) -> None:
-        if self._owns_session:
-            self._session.close()
+        self._sessions.close()
 
     def call(self, method: str, path: str, body: dict | None = None, *,
              extra_read_s: float = 0.0, interrupt: threading.Event | None = None,
@@ -173,48 +124,30 @@ class Transport:
 
     def _pause(self, exc: FleetHQError, attempt: int) -> float | None:
         """Seconds to wait before trying again, or None: do not retry."""
-        backoff = self.retry.backoff(attempt, self._rng)
         if isinstance(exc, TransportError):
-            return backoff if exc.retryable else None
+            return self.retry.backoff(attempt, self._rng) if exc.retryable else None
         if not (exc.status == 429 or exc.status >= 500):
             return None  # any other 4xx would only be refused again
-        if exc.retry_after_ms is None:
-            return backoff
-        wanted = exc.retry_after_ms / 1000.0
-        if wanted > self.retry.max_retry_after_s:
-            return None
-        # A little over the hint: the token exists by then, and workers told
-        # the same instant spread out. A 5xx also keeps its own backoff.
-        return max(wanted * (1.0 + 0.1 * self._rng.random()),
-                   backoff if exc.status >= 500 else 0.0)
+        hint = None if exc.retry_after_ms is None else exc.retry_after_ms / 1000.0
+        return self.retry.pause(attempt, hint, server_error=exc.status >= 500, rng=self._rng)
 
     def _once(self, method: str, url: str, body: dict | None, extra_read_s: float) -> dict:
-        try:
-            response = self._session.request(
-                method, url, json=body, headers=self._headers, auth=self._auth,
-                timeout=(CONNECT_TIMEOUT_S, self.timeout_s + extra_read_s),
-                # A redirect would carry the token to wherever Location says.
-                allow_redirects=False)
-        except requests.exceptions.SSLError as exc:
-            # A certificate that fails today fails the same way in a second.
-            raise TransportError(f"{method} {url}: {exc}", retryable=False) from exc
-        except _NETWORK_ERRORS as exc:
-            raise TransportError(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
-        except requests.RequestException as exc:
-            raise ProtocolError(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
+        response = self._sessions.request(
+            method, url, json=body, headers=self._headers, auth=self._auth,
+            timeout=(CONNECT_TIMEOUT_S, self.timeout_s + extra_read_s))
         self._note_date(response.headers.get("Date"))
         status = response.status_code
         if status == 429 or status >= 500:
             # Retryable answers often come from a proxy that knows nothing of
             # no-store; nothing in them is used but the pause hint.
-            raise _error(response)
+            raise error_from(response)
         if 300 <= status < 400:
             raise ProtocolError(f"master answered {status} redirect to "
                                 f"{response.headers.get('Location', '?')!r}; not following it "
                                 "with the token (point the SDK at the final URL)")
         check_not_cacheable(response)
         if status >= 400:
-            raise _error(response)
+            raise error_from(response)
         try:
             data = response.json()
         except ValueError:
