@@ -17,12 +17,11 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import random
 import threading
 import time
 
 from workers.runner.journal import Journal
-from workers.runner.master import Master, MasterError, Refused, seg
+from workers.runner.master import RETRY, Master, MasterError, Refused, seg
 from workers.runner.volume import Volume
 
 log = logging.getLogger("fleethq.worker")
@@ -30,7 +29,6 @@ log = logging.getLogger("fleethq.worker")
 RECEIPT_WAIT_MS = 10_000
 RECEIPT_ROUND_S = 30.0     # then the slot is handed back and the entry re-queued
 UPLOAD_TIMEOUT_S = 300.0   # read timeout; the master's own upload budget is 10..600 s
-MAX_BACKOFF_S = 60.0
 MAX_RESULT_HEADER = 6000
 
 
@@ -100,12 +98,15 @@ class Delivery:
     def _retry_later(self, aid: str, exc: MasterError) -> None:
         count = self._failures.get(aid, 0) + 1
         self._failures[aid] = count
-        wait = exc.retry_after_s
+        # The one retry policy of the worker side (workers/sdk/_retry.py): its
+        # backoff is short (at most 10 s), so a returning master gets its files
+        # fast; the pause below keeps an unreachable master to one probe per
+        # window. A Retry-After longer than the policy takes is waited out: the
+        # file must get there.
+        wait = RETRY.pause(count, exc.retry_after_s,
+                           server_error=exc.status is not None and exc.status >= 500)
         if wait is None:
-            # No answer at all: probe again soon (the pause below keeps that to
-            # one probe per window), so a returning master gets its files fast.
-            cap = 10.0 if exc.status is None else MAX_BACKOFF_S
-            wait = min(cap, 2.0 ** min(count, 6)) * (0.5 + random.random() / 2)
+            wait = exc.retry_after_s
         self._not_before[aid] = time.monotonic() + wait
         if exc.status is None:
             # Nothing answers: hold every delivery briefly instead of one

@@ -37,6 +37,8 @@ import requests
 from workers.ocr import (AlreadyHasText, BrokenWorker, OcrLimits, PermanentFailure,
                          RetryableFailure, check_free_disk, run_ocr)
 from workers.runner.journal import Journal
+from workers.sdk._errors import ProtocolError, TransportError
+from workers.sdk._http import Sessions
 from workers.runner.master import Master, MasterError, seg
 from workers.runner.volume import Volume, fsync_dir
 
@@ -55,7 +57,9 @@ class OcrTask:
         self.max_bytes = max_bytes
         self.on_error = on_error
         self.on_broken = on_broken   # the worker stops claiming (runner.py)
-        self._local = threading.local()
+        # The download URL is the master's signed link or a presigned object
+        # store URL: it carries its own credentials, never the bearer token.
+        self._sessions = Sessions()
 
     def run(self, entry: dict, cancel: threading.Event, *, browser: bool = False) -> str:
         aid = entry["attempt_id"]
@@ -128,15 +132,6 @@ class OcrTask:
         return (f"ready: {result.pages} pages, {result.text_chars} characters of text in "
                 f"{result.timings.get('total', 0.0):.1f} s")
 
-    def _session(self) -> requests.Session:
-        # The download URL is the master's signed link or a presigned object
-        # store URL: it carries its own credentials, never the bearer token.
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = self._local.session = requests.Session()
-            session.trust_env = False
-        return session
-
     def _download(self, source: dict, path, cancel: threading.Event) -> None:
         size = int(source["size"])
         if size > self.max_bytes:
@@ -144,8 +139,8 @@ class OcrTask:
         digest = hashlib.sha256()
         got = 0
         try:
-            with self._session().get(source["url"], stream=True, allow_redirects=False,
-                                     timeout=(10.0, DOWNLOAD_TIMEOUT_S)) as response:
+            with self._sessions.request("GET", source["url"], stream=True,
+                                        timeout=(10.0, DOWNLOAD_TIMEOUT_S)) as response:
                 if response.status_code != 200:
                     raise MasterError(response.status_code, "source_unavailable",
                                       f"source download answered HTTP {response.status_code}",
@@ -159,10 +154,9 @@ class OcrTask:
                             break
                         digest.update(chunk)
                         out.write(chunk)
-        except requests.RequestException as exc:
-            self._local.session = None
-            raise MasterError(None, "unreachable", f"source download: {type(exc).__name__}: {exc}",
-                              retryable=True) from None
+        except (TransportError, ProtocolError, requests.RequestException) as exc:  # no answer, or cut short
+            self._sessions.discard()
+            raise MasterError(None, "unreachable", f"source download: {exc}", retryable=True) from None
         if got != size or digest.hexdigest() != source["sha256"]:
             raise MasterError(None, "source_mismatch", f"downloaded source has {got} bytes and "
                               f"SHA-256 {digest.hexdigest()}, expected {size} and {source['sha256']}",

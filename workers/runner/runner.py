@@ -23,7 +23,7 @@ from workers.runner.claiming import Claimer
 from workers.runner.delivery import Delivery
 from workers.runner.fetching import NEEDS_BROWSER, Fetcher, fetch_configs
 from workers.runner.journal import Journal
-from workers.runner.master import Master, MasterError, Refused
+from workers.runner.master import RETRY, Master, MasterError, Refused
 from workers.runner.volume import Volume
 
 log = logging.getLogger("fleethq.worker")
@@ -261,7 +261,7 @@ class Runner:
         for entry in leftovers:
             with self._active_lock:
                 self.active[entry["attempt_id"]] = threading.Event()
-        delay = 1.0
+        tries = 0
         while True:
             try:
                 leases = self.beat()
@@ -269,10 +269,11 @@ class Runner:
             except Refused:
                 raise
             except MasterError as exc:
-                log.warning("first heartbeat failed: %s; retrying in %.0f s", exc, delay)
+                tries += 1
+                delay = RETRY.pause(tries, exc.retry_after_s) or exc.retry_after_s
+                log.warning("first heartbeat failed: %s; retrying in %.1f s", exc, delay)
                 if self.stop.wait(delay):
                     return
-                delay = min(delay * 2, 30.0)
         for entry in leftovers:
             aid = entry["attempt_id"]
             if aid in leases:
