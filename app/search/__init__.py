@@ -1,0 +1,1 @@
+"""Full-text search of archived papers' OCR text (``index`` writes, ``query`` reads)."""
