@@ -26,7 +26,8 @@ TABLES = ("attempts", "jobs", "project_dispatch", "projects", "machine_tokens", 
           "job_counts", "attempt_totals", "fleet_nodes", "enrollment_credentials", "token_workers",
           "retention_stats",
           "uploads", "spool_usage", "assets", "outbox", "hook_consumers", "hook_deliveries", "page_sessions", "rate_limits", "worker_users",
-          "worker_claim_buckets", "master_settings", "derived_jobs", "upload_texts")
+          "worker_claim_buckets", "master_settings", "derived_jobs", "upload_texts",
+          "paper_texts", "paper_pages")
 
 
 @pytest.fixture(scope="session")

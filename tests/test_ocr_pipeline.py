@@ -55,12 +55,16 @@ def _ocr_worker(fleet, project, **env):
 
 def _search(app, words: str) -> list[dict]:
     from app.extensions import db
-    from app.search import search
+    from app.search.query import search
     with app.app_context():
         try:
             return search(words)["results"]
         finally:
             db.session.remove()
+
+
+def _tmp_files(worker) -> list[str]:
+    return [str(p) for p in (worker.volume / "tmp").glob("**/*") if p.is_file()]
 
 
 def _job(app, project):
@@ -188,7 +192,9 @@ def test_a_master_restart_mid_run_loses_nothing(fleet, client, tmp_path):
     scan = scans.scanned_pdf(tmp_path / "scan.pdf", PAGES).read_bytes()
     _archive(fleet, client, source, scan, "10.5555/restart")
     worker = _ocr_worker(fleet, target)
-    wait_for(lambda: worker.states().get("downloading") == 1, 60, f"the claim\n{worker.output()}")
+    # Stopped once the source is on the volume and OCR runs.
+    wait_for(lambda: any("/ocr/" in f for f in _tmp_files(worker)), 60,
+             f"the OCR run\n{worker.output()}")
     fleet.master.stop()
     # The OCR finishes while the master is away; the files wait on the volume.
     wait_for(lambda: worker.states().get("ready") == 1, 120, f"a ready file\n{worker.output()[-3000:]}")

@@ -361,11 +361,26 @@ def _child_main(cpu_seconds: int, memory_bytes: int, path: str) -> int:
 
 
 def _has_font(page) -> bool:
+    """A font in the page's resources, or in those of a form it draws (an
+    OCR text layer is usually such a form, one level down)."""
     try:
-        fonts = page.resources.get("/Font")
+        return _fonts_in(page.resources, depth=2)
     except Exception:  # noqa: BLE001 - an odd resource tree is not a text layer
         return False
-    return fonts is not None and len(fonts.keys()) > 0
+
+
+def _fonts_in(resources, depth: int) -> bool:
+    if resources is None:
+        return False
+    fonts = resources.get("/Font")
+    if fonts is not None and len(fonts.keys()) > 0:
+        return True
+    forms = resources.get("/XObject") if depth > 0 else None
+    for name in list(forms.keys())[:64] if forms is not None else ():
+        form = forms[name]
+        if form.get("/Subtype") == "/Form" and _fonts_in(form.get("/Resources"), depth - 1):
+            return True
+    return False
 
 
 if __name__ == "__main__":

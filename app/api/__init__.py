@@ -32,7 +32,7 @@ def _is_api() -> bool:
 
 def init_app(app) -> None:
     from app.api import (admin, admin_users, fleet, fleethq_admin, hooks, jobs,  # noqa: F401
-                         openapi)  # (routes register on bp)
+                         openapi, search)  # (routes register on bp)
     app.register_blueprint(bp)
 
     @app.errorhandler(FleetError)

@@ -1,6 +1,6 @@
 """Admin pages (DESIGN §10): one blueprint, its views split along their seams
 into ``admin_dashboard``, ``admin_projects``, ``admin_enqueue``, ``admin_jobs``,
-``admin_workers``, ``admin_users`` and ``admin_hooks``.
+``admin_workers``, ``admin_users``, ``admin_hooks`` and ``admin_search``.
 
 Every view keeps one rhythm (STYLE.md): GET renders; POST validates, calls one
 service, flashes and redirects with 303. A domain error (an invalid
@@ -150,4 +150,4 @@ def _json(value) -> str:
 
 # The route modules register their views on ``bp`` when imported.
 from app.pages import (admin_dashboard, admin_enqueue, admin_hooks, admin_jobs,  # noqa: E402,F401
-                       admin_projects, admin_users, admin_workers)
+                       admin_projects, admin_search, admin_users, admin_workers)

@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from app.extensions import db
 from app.hooks import derived, outbox
-from app.search import index_paper
+from app.search.index import index_paper
 from app.storage.base import IntegrityError, StorageError, content_key
 from app.uploads import derived as derived_uploads
 from app.uploads import spool as spool_mod

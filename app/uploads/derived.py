@@ -22,6 +22,7 @@ from sqlalchemy import text
 from app.errors import Conflict, FleetError, InvalidRequest, NotFound, TooLarge
 from app.extensions import db
 from app.hooks import derived
+from app.search.index import check_text
 from app.projects.leasing import Worker
 from workers import pdfcheck
 
@@ -89,6 +90,10 @@ def store_text(attempt_id: int, worker: Worker, sha256: str, body: bytes) -> dic
                           details={"reason": "not_utf8"}) from None
     if "\x00" in decoded:
         raise InvalidText("the text contains NUL characters", details={"reason": "nul_character"})
+    try:  # refused now, not at the archive commit, which must not fail on it
+        check_text(f"the text of attempt {attempt_id}", decoded)
+    except FleetError as exc:
+        raise InvalidText(exc.message, details={"reason": "index_limits", **(exc.details or {})}) from None
     _attempt(attempt_id, worker, states=("running", "uploading"))
     sent = db.session.execute(text(
         "SELECT t.sha256 FROM upload_texts t JOIN uploads u ON u.attempt_id = t.attempt_id "
