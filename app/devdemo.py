@@ -23,10 +23,10 @@ PDF_PROJECT = "demo-papers"
 WORKER_VERSION = "fleethq-worker/dev"
 
 
-def api(base: str, token: str, method: str, path: str, body=None) -> dict:
+def api(base: str, token: str, method: str, path: str, body=None, headers=None) -> dict:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(f"{base}{path}", data=data, method=method, headers={
-        "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        "Authorization": f"Bearer {token}", "Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read() or b"{}")

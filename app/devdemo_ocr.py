@@ -29,6 +29,7 @@ from app.devdemo import WORKER_VERSION, api
 from app.devprocs import Stack, StepFailed, say
 
 SOURCE, TARGET = "demo-scans", "demo-scans-ocr"
+AS_WORKER = {"X-Client-Version": WORKER_VERSION}
 SCANS = [["harbour lantern", "meadow violin"], ["falcon granite"], ["orchid sailor", "copper whisper"],
          ["thunder marble"], ["candle forest", "silver river"], ["garden window"]]
 
@@ -40,36 +41,48 @@ def _scan_bytes(var: Path, n: int, lines: list[str]) -> bytes:
     from tests.scans import scanned_pdf  # the test suite's scanner doubles as the demo's
     path = var / "scans" / f"scan-{n}.pdf"
     path.parent.mkdir(parents=True, exist_ok=True)
-    return scanned_pdf(path, [[line] for line in lines]).read_bytes()
+    # A few more lines a page, as on a real scan (and over the master's upload minimum).
+    filler = ["scanned for the FleetHQ demo", "every word of this page", "is found by its text"]
+    return scanned_pdf(path, [[line, *filler] for line in lines]).read_bytes()
 
 
 def _raw(base: str, token: str, method: str, path: str, data: bytes, headers: dict) -> None:
+    import urllib.error
     import urllib.request
     req = urllib.request.Request(f"{base}{path}", data=data, method=method,
                                  headers={"Authorization": f"Bearer {token}", **headers})
-    with urllib.request.urlopen(req, timeout=120):
-        pass
+    try:
+        with urllib.request.urlopen(req, timeout=120):
+            pass
+    except urllib.error.HTTPError as exc:
+        raise StepFailed(f"{method} {path} answered {exc.code}: "
+                         f"{exc.read()[:500].decode(errors='replace')}") from exc
+
+
+def _enqueue_scans(base: str, token: str) -> None:
+    values = [{"value": f"10.5555/scan/{n}"} for n in range(len(SCANS))]
+    api(base, token, "POST", f"/api/v1/admin/projects/{SOURCE}/jobs", {"jobs": values})
 
 
 def _upload_scans(stack: Stack, base: str, token: str) -> int:
-    """Archive the scans in demo-scans as a (token) worker would; returns how many were new."""
-    values = [{"value": f"10.5555/scan/{n}"} for n in range(len(SCANS))]
-    api(base, token, "POST", f"/api/v1/admin/projects/{SOURCE}/jobs", {"jobs": values})
-    api(base, token, "POST", "/api/v1/fleet/heartbeat", {
+    """Archive the waiting scans in demo-scans as a (token) worker would;
+    returns how many it sent. A scan claimed by an earlier, interrupted run
+    comes back when its short lease runs out, and is sent then."""
+    api(base, token, "POST", "/api/v1/fleet/heartbeat", {  # claims need a fresh one
         "worker_id": "demo-scanner", "capacity": 8, "browser_ok": False,
-        "disk_free_bytes": 1 << 40, "spool_bytes": 0, "running_attempt_ids": []})
+        "disk_free_bytes": 1 << 40, "spool_bytes": 0, "running_attempt_ids": []}, AS_WORKER)
     claimed = api(base, token, "POST", f"/api/v1/projects/{SOURCE}/jobs/claim", {
-        "worker_id": "demo-scanner", "max_jobs": len(SCANS), "lease_seconds": 600})["jobs"]
+        "worker_id": "demo-scanner", "max_jobs": len(SCANS), "lease_seconds": 30}, AS_WORKER)["jobs"]
     for job in claimed:
         n = int(job["value"].rsplit("/", 1)[1])
         data = _scan_bytes(stack.var, n, SCANS[n])
         _raw(base, token, "PUT", f"/api/v1/fleet/uploads/{job['attempt_id']}", data, {
-            "Content-Type": "application/pdf", "X-PDF-SHA256": hashlib.sha256(data).hexdigest(),
-            "X-PDF-Size": str(len(data))})
+            **AS_WORKER, "Content-Type": "application/pdf",
+            "X-PDF-SHA256": hashlib.sha256(data).hexdigest(), "X-PDF-Size": str(len(data))})
     return len(claimed)
 
 
-def _start_remote(stack: Stack, base: str, env: dict) -> None:
+def _start_remote(stack: Stack, base: str, token: str, env: dict) -> None:
     """An enrolled OCR node (first choice), approved once; its volume keeps the identity."""
     volume = stack.var / "ocr-remote"
     identity = volume / "identity.json"
@@ -92,6 +105,9 @@ def _start_remote(stack: Stack, base: str, env: dict) -> None:
             raise StepFailed("the OCR node did not register")
         time.sleep(0.2)
     worker_id = json.loads(identity.read_text())["worker_id"]
+    workers = api(base, token, "GET", "/api/v1/admin/fleet/workers")["workers"]
+    if any(w["worker_id"] == worker_id and w["status"] == "active" for w in workers):
+        return  # approved on an earlier run
     stack.run_step("ocr-approve", [py, "-m", "flask", "--app", "wsgi", "fleet", "worker", "approve",
                                    worker_id], env)
 
@@ -115,20 +131,22 @@ def ocr_demo(stack: Stack, base: str, token: str, env: dict) -> None:
             "name": "ocr", "kind": "derive", "target_project": TARGET,
             "profile": {"name": "ocr", "languages": "eng"}})
     worker_env = {**env, "FLEETHQ_LOG_LEVEL": env.get("FLEETHQ_LOG_LEVEL", "WARNING")}
-    _start_remote(stack, base, worker_env)
+    _start_remote(stack, base, token, worker_env)
     _start_local(stack, base, worker_env)
-    new = _upload_scans(stack, base, token)
-    say("ocr", f"{new} scanned papers uploaded into {SOURCE!r}; OCR lanes: ocr-remote (first), "
+    _enqueue_scans(base, token)
+    say("ocr", f"{len(SCANS)} scanned papers go into {SOURCE!r}; OCR lanes: ocr-remote (first), "
                "devstack-ocr-local (fallback, niced)")
     deadline = time.monotonic() + 600
     while True:
         stack.check_children()
+        _upload_scans(stack, base, token)
+        sources = api(base, token, "GET", f"/api/v1/fleethq/projects/{SOURCE}")["job_counts"]
         counts = api(base, token, "GET", f"/api/v1/fleethq/projects/{TARGET}")["job_counts"]
         settled = counts["done"] + counts["failed"] + counts["reset_exhausted"]
-        if settled >= len(SCANS):
+        if sources["done"] >= len(SCANS) and settled >= len(SCANS):
             break
         if time.monotonic() > deadline:
-            raise StepFailed(f"OCR did not finish: {counts}")
+            raise StepFailed(f"OCR did not finish: {SOURCE} {sources}, {TARGET} {counts}")
         time.sleep(1)
     for lines in SCANS:
         word = lines[0].split()[0]

@@ -127,7 +127,7 @@ class Pipeline:
     def run(self, papers) -> float:
         """Seconds from the first source upload until every derived job is done."""
         values = [{"value": f"10.5555/ocr-bench-{n}"} for n in range(len(papers))]
-        self.admin.post(self.url("/api/v1/projects/papers/jobs"), json={"jobs": values}).raise_for_status()
+        self.admin.post(self.url("/api/v1/admin/projects/papers/jobs"), json={"jobs": values}).raise_for_status()
         self.admin.post(self.url("/api/v1/fleet/heartbeat"), json={
             "worker_id": "uploader", "capacity": 64, "browser_ok": False, "disk_free_bytes": 1 << 40,
             "spool_bytes": 0, "running_attempt_ids": []}).raise_for_status()
