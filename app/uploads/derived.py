@@ -24,6 +24,7 @@ from app.extensions import db
 from app.hooks import derived
 from app.search.index import check_text
 from app.projects.leasing import Worker
+from app.uploads import transitions
 from workers import pdfcheck
 
 TEXT_MAX_BYTES = 32 * 1024 * 1024
@@ -43,9 +44,7 @@ def _attempt(attempt_id: int, worker: Worker, *, states=("running",)):
     row = db.session.execute(text(
         "SELECT a.job_id, a.worker_id, a.worker_owner, a.state, a.lease_expires_at > now() AS live "
         "FROM attempts a WHERE a.id = :a"), {"a": attempt_id}).mappings().first()
-    mine = row is not None and row["worker_owner"] == worker.owner \
-        and worker.worker_id in (None, row["worker_id"])
-    if not mine:
+    if not transitions.owned_by(row, worker):
         raise Conflict("no such attempt for this worker", code="stale_attempt")
     if row["state"] not in states or not row["live"]:
         raise Conflict(f"attempt is {row['state']} and no longer leased", code="stale_attempt",

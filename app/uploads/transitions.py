@@ -69,6 +69,22 @@ def _lock(attempt_id: int):
         WHERE a.id = :a FOR UPDATE OF j, a"""), {"a": attempt_id}).mappings().first()
 
 
+def owned_by(row, worker: Worker) -> bool:
+    """Is this attempt row the caller's? Token workers upload with their
+    user's token and no worker id: the user owns all of its workers' attempts."""
+    return row is not None and row["worker_owner"] == worker.owner \
+        and worker.worker_id in (None, row["worker_id"])
+
+
+def _lock_owned(attempt_id: int, worker: Worker):
+    """``_lock`` for the caller's own attempt; else Conflict ``stale_attempt``."""
+    row = _lock(attempt_id)
+    if not owned_by(row, worker):
+        db.session.rollback()
+        raise Conflict("no such attempt for this worker", code="stale_attempt")
+    return row
+
+
 def job_of(attempt_id: int) -> int | None:
     return db.session.execute(text("SELECT job_id FROM attempts WHERE id = :a"),
                               {"a": attempt_id}).scalar()
@@ -83,14 +99,7 @@ def admit(attempt_id: int, worker: Worker, sha256: str, size: int, spool) -> Adm
         different SHA-256/size than an earlier upload of the same attempt;
         ``SpoolFull`` when the quota is exhausted.
     """
-    row = _lock(attempt_id)
-    # Token workers upload with their user's token and no worker id: the
-    # user owns all of its workers' attempts.
-    mine = row is not None and row["worker_owner"] == worker.owner \
-        and worker.worker_id in (None, row["worker_id"])
-    if not mine:
-        db.session.rollback()
-        raise Conflict("no such attempt for this worker", code="stale_attempt")
+    row = _lock_owned(attempt_id, worker)
     if row["kind"] != "pdf":
         db.session.rollback()
         raise Conflict("uploads are for pdf projects", code="invalid_transition")
@@ -318,12 +327,7 @@ def skip_derived(attempt_id: int, worker: Worker, reason: str, details: dict) ->
     Raises Conflict ``stale_attempt`` (not the caller's, or no longer
     running) and NotFound (not a derived job)."""
     from app.hooks import derived
-    row = _lock(attempt_id)
-    mine = row is not None and row["worker_owner"] == worker.owner \
-        and worker.worker_id in (None, row["worker_id"])
-    if not mine:
-        db.session.rollback()
-        raise Conflict("no such attempt for this worker", code="stale_attempt")
+    row = _lock_owned(attempt_id, worker)
     if derived.facts_for_job(row["job_id"]) is None:
         db.session.rollback()
         raise NotFound("this attempt's job is not a derived job")
