@@ -22,7 +22,8 @@ one answer): ``rare`` (a word in 1–3 passages: ~50–150 pages), ``common``
 (the top 20 words: on nearly every page, capped at the ranked candidates),
 ``phrase`` (a planted phrase), ``unlikely`` (two mid-frequency words as a
 phrase that chance almost never puts side by side: every page holding both
-is rechecked). The baseline is ``SELECT count(*) FROM (SELECT 1 … WHERE tsv
+is rechecked), ``project`` (a word on about a tenth of the pages, in one of
+the five projects). The baseline is ``SELECT count(*) FROM (SELECT 1 … WHERE tsv
 @@ q LIMIT 1001)``: the same capped GIN scan without ranking, grouping or
 snippets.
 
@@ -151,12 +152,16 @@ def build_indexes(url: str) -> None:
 
 def workload(words: list[str], counts: dict, phrases: list[str], rng: random.Random) -> dict:
     rare = [w for w in words[1000:] if 1 <= counts.get(w, 0) <= 3]
-    return {
+    kinds = {
         "rare": rng.sample(rare, 20),
         "common": words[:20],
         "phrase": [f'"{p}"' for p in phrases] * 4,
         "unlikely": [f'"{words[200 + n]} {words[300 + n]}"' for n in range(20)],
     }
+    queries = {kind: [(q, None) for q in qs] for kind, qs in kinds.items()}
+    # The project filter: a word on a tenth of the pages, in one of the 5 projects.
+    queries["project"] = [(w, PROJECTS[n % 5]) for n, w in enumerate(words[60:80])]
+    return queries
 
 
 def percentile(samples: list[float], share: float) -> float:
@@ -175,19 +180,19 @@ def measure_search(url: str, queries: dict) -> dict:
         db.session.execute(db.text(f"SET statement_timeout = {SEARCH_TIMEOUT_MS}"))
         for kind in ("rare", "common", "unlikely"):
             plan = db.session.execute(db.text("EXPLAIN (ANALYZE, BUFFERS) " + str(query.SEARCH_ALL)), {
-                "q": queries[kind][-1], "cap": query.CANDIDATE_PAGES + 1, "limit": 20, "offset": 0,
+                "q": queries[kind][-1][0], "cap": query.CANDIDATE_PAGES + 1, "limit": 20, "offset": 0,
                 "markers": query.HIT_START + query.HIT_STOP,
                 "options": query.HEADLINE_OPTIONS}).scalars().all()
             print(f"plan of a {kind} search:\n  " + "\n  ".join(plan), flush=True)
             print(f"{kind}: the plan uses the GIN index: "
                   f"{any('ix_paper_pages_tsv' in line for line in plan)}", flush=True)
         for kind, qs in queries.items():
-            for q in qs[:2]:
-                query.search(q)  # warm-up
+            for q, project in qs[:2]:
+                query.search(q, project_id=project)  # warm-up
             samples = []
-            for q in qs:
+            for q, project in qs:
                 started = time.perf_counter()
-                found = query.search(q)
+                found = query.search(q, project_id=project)
                 samples.append((time.perf_counter() - started) * 1000)
             timings[kind] = samples
             print(f"search {kind}: p50 {statistics.median(samples):.1f} ms, "
@@ -200,16 +205,17 @@ def measure_search(url: str, queries: dict) -> dict:
 def measure_baseline(url: str, queries: dict) -> dict:
     timings: dict = {}
     statement = ("SELECT count(*) FROM (SELECT 1 FROM paper_pages WHERE tsv @@ "
-                 "websearch_to_tsquery('fleethq_papers', %s) LIMIT 1001) s")
+                 "websearch_to_tsquery('fleethq_papers', %s) "
+                 "AND (%s::text IS NULL OR project_id = %s) LIMIT 1001) s")
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"SET statement_timeout = {SEARCH_TIMEOUT_MS}")
         for kind, qs in queries.items():
-            for q in qs[:2]:
-                conn.execute(statement, (q,))
+            for q, project in qs[:2]:
+                conn.execute(statement, (q, project, project), prepare=False)
             samples = []
-            for q in qs:
+            for q, project in qs:
                 started = time.perf_counter()
-                conn.execute(statement, (q,)).fetchone()
+                conn.execute(statement, (q, project, project), prepare=False).fetchone()
                 samples.append((time.perf_counter() - started) * 1000)
             timings[kind] = samples
             print(f"baseline {kind}: p50 {statistics.median(samples):.1f} ms, "
