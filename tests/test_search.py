@@ -279,3 +279,20 @@ def test_json_route(app, client, admin_token, make_user):
     worker = make_user("w", ["worker"])
     api_error(client.get("/api/v1/admin/search?q=x", headers={"Authorization": f"Bearer {worker}"}),
               403, "permission_denied")
+
+
+def test_a_search_past_the_timeout_is_refused_and_the_transaction_goes_on(app, monkeypatch):
+    # Two words on every page, never side by side: the phrase rechecks all pages.
+    filler = " ".join(f"w{n}" for n in range(300))
+    indexed(app, "doi:10.1/long", "\f".join(f"alpha {filler} beta" for _ in range(2000)))
+    monkeypatch.setattr(query, "SEARCH_TIMEOUT_MS", 1)
+    with app.app_context():
+        with pytest.raises(InvalidRequest, match="the search took longer than 0.001 s: narrow it") as exc:
+            query.search('"alpha beta"')
+        assert exc.value.details == {"field": "q", "timeout_ms": 1}
+        # The caller's transaction is intact and the settings are back.
+        assert db.session.execute(db.text("SELECT current_setting('statement_timeout'), "
+                                          "current_setting('plan_cache_mode')")).one() == ("0", "auto")
+        monkeypatch.setattr(query, "SEARCH_TIMEOUT_MS", 5000)
+        assert query.search("alpha")["total"] == 1
+        db.session.remove()

@@ -14,6 +14,15 @@ grouped per paper (its best page, how many of its pages matched), and only
 the papers shown get a snippet: ``ts_headline`` re-parses the page, which is
 the expensive part, so it runs for at most ``limit`` pages.
 
+Two settings hold for the search statement only (a savepoint, then set
+back): ``plan_cache_mode = force_custom_plan``, because psycopg prepares a
+statement run often and PostgreSQL may then reuse a generic plan made without
+the tsquery, a bitmap scan of the whole GIN posting list that is right for a
+rare word and ten times too slow for "the"; and ``statement_timeout``
+(:data:`SEARCH_TIMEOUT_MS`), because a phrase of two common words that are
+seldom adjacent makes PostgreSQL recheck every page holding both: such a
+query is refused (400) with advice, not left to hold a connection.
+
 Snippets come back as segments ``{"text", "match"}``; the highlight markers
 ``ts_headline`` inserts are private-use characters removed from the page
 before it runs, so paper text can neither fake a highlight nor inject markup:
@@ -21,13 +30,18 @@ the page template escapes every segment.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
+from psycopg.errors import QueryCanceled
 from sqlalchemy import text as sql
+from sqlalchemy.exc import OperationalError
 
 from app.errors import InvalidRequest
 from app.extensions import db
 from app.search.models import TS_CONFIG
 
 MAX_QUERY_CHARS = 256
+SEARCH_TIMEOUT_MS = 5000
 MAX_LIMIT = 100
 CANDIDATE_PAGES = 1000
 MAX_OFFSET = CANDIDATE_PAGES
@@ -49,13 +63,13 @@ papers AS MATERIALIZED (
     FROM cand ORDER BY canonical_key, rank DESC, page),
 shown AS (
     SELECT * FROM papers ORDER BY rank DESC, canonical_key LIMIT :limit OFFSET :offset)
-SELECT t.papers, t.pages, s.canonical_key, s.page, s.project_id, s.rank, s.hits, a.job_id,
+SELECT t.papers, t.pages, s.canonical_key, s.page, s.project_id, s.rank, s.hits,
+       (SELECT a.job_id FROM assets a WHERE a.canonical_key = s.canonical_key) AS job_id,
        ts_headline('{TS_CONFIG}'::regconfig, translate(b.body, :markers, ''), {_TSQUERY},
                    :options) AS snippet
 FROM (SELECT (SELECT count(*) FROM papers) AS papers, (SELECT count(*) FROM cand) AS pages) t
 LEFT JOIN shown s ON true
 LEFT JOIN paper_pages b ON b.canonical_key = s.canonical_key AND b.page = s.page
-LEFT JOIN assets a ON a.canonical_key = s.canonical_key
 ORDER BY s.rank DESC, s.canonical_key"""
 SEARCH_ALL = sql(_SEARCH.format(project_filter=""))
 SEARCH_PROJECT = sql(_SEARCH.format(project_filter="AND p.project_id = :project"))
@@ -111,6 +125,32 @@ def segments(headline: str | None) -> list[dict]:
     return out
 
 
+_SETTINGS = sql("SELECT set_config('statement_timeout', :timeout, true), "
+                "set_config('plan_cache_mode', :plans, true)")
+
+
+@contextmanager
+def _guarded():
+    """Run the block in a savepoint with a custom plan and a statement
+    timeout, then set both back; a timeout becomes a clear refusal and
+    leaves the caller's transaction usable."""
+    old = db.session.execute(sql("SELECT current_setting('statement_timeout'), "
+                                 "current_setting('plan_cache_mode')")).one()
+    try:
+        with db.session.begin_nested():
+            db.session.execute(_SETTINGS, {"timeout": str(SEARCH_TIMEOUT_MS),
+                                           "plans": "force_custom_plan"})
+            yield
+            db.session.execute(_SETTINGS, {"timeout": old[0], "plans": old[1]})
+    except OperationalError as exc:
+        if not isinstance(exc.orig, QueryCanceled):
+            raise
+        raise InvalidRequest(
+            f"the search took longer than {SEARCH_TIMEOUT_MS / 1000:g} s: narrow it (a rarer "
+            "word, a project, or words instead of a phrase of common words)",
+            details={"field": "q", "timeout_ms": SEARCH_TIMEOUT_MS}) from None
+
+
 def search(q: str, *, project_id: str | None = None, limit: int = 20, offset: int = 0) -> dict:
     """Papers whose text matches ``q``, best first, one entry per paper.
 
@@ -120,7 +160,8 @@ def search(q: str, *, project_id: str | None = None, limit: int = 20, offset: in
     "snippet", "job_id"}``. ``total`` counts papers among the ranked
     candidate pages; ``total_is_lower_bound`` says more than
     :data:`CANDIDATE_PAGES` pages matched. Raises :class:`InvalidRequest`
-    for a bad query, limit or offset.
+    for a bad query, limit or offset, and for a search that ran past
+    :data:`SEARCH_TIMEOUT_MS`.
     """
     q = parse(q)
     limit = _bounded(limit, "limit", 1, MAX_LIMIT)
@@ -130,7 +171,8 @@ def search(q: str, *, project_id: str | None = None, limit: int = 20, offset: in
     statement = SEARCH_ALL
     if project_id is not None:
         statement, params["project"] = SEARCH_PROJECT, project_id
-    rows = db.session.execute(statement, params).mappings().all()
+    with _guarded():
+        rows = db.session.execute(statement, params).mappings().all()
     papers, pages = rows[0]["papers"], rows[0]["pages"]
     results = [{"canonical_key": r["canonical_key"], "project_id": r["project_id"],
                 "page": r["page"], "pages_matched": int(r["hits"]),
