@@ -704,3 +704,15 @@ def test_hooks_page_sets_the_completion_timeout_and_shows_backfill_and_skipped(p
     assert "No failed deliveries." in page
     assert "skipped" in pages.text("/admin/hooks?state=skipped")
     assert "No failed hook deliveries." in pages.text("/admin")
+
+
+def test_the_hooks_page_shows_a_derive_consumer_and_its_waiting_delivery(pages, api, app):
+    api.put_project("scans", kind="pdf", identity_mode="unique_value")
+    api.put_project("scans-ocr", kind="pdf", identity_mode="unique_value")
+    response = api.call("POST", "/api/v1/admin/projects/scans/hooks", {
+        "name": "ocr", "kind": "derive", "target_project": "scans-ocr",
+        "profile": {"name": "ocr", "languages": "eng+pol"}})
+    assert response.status_code == 201
+    html = pages.text("/admin/hooks?project=scans")
+    assert "derive: jobs into scans-ocr (ocr, eng+pol)" in html
+    assert "None" not in re.sub(r"<[^>]+>", "", html)
