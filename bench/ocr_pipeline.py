@@ -47,7 +47,11 @@ WORDS = ("harbour lantern meadow violin falcon granite orchid sailor copper whis
          "thunder marble candle forest silver river garden window basket ladder pepper "
          "rocket kitten tunnel bridge castle dragon feather island jacket kettle lemon "
          "mirror needle orange pillow rabbit saddle temple valley wallet yellow zebra "
-         "anchor butter carpet dinner engine finger guitar hammer insect jungle").split()
+         "anchor butter carpet dinner engine finger guitar hammer insect jungle "
+         "blanket cabbage dentist elbow fountain giraffe helmet iceberg jigsaw kingdom "
+         "lobster mustard napkin octopus parrot quarry raisin scissors teapot umbrella "
+         "vinegar walnut printer lizard monkey cherry planet harvest pencil statue "
+         "trumpet velvet wizard cottage meteor sandal puzzle bottle circus pirate").split()
 
 
 def make_papers(directory: str, papers: int, pages: int) -> list[tuple[str, list[str]]]:
@@ -165,7 +169,7 @@ class Pipeline:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--papers", type=int, default=4)
+    parser.add_argument("--papers", type=int, default=10)
     parser.add_argument("--pages", type=int, default=3)
     parser.add_argument("--languages", default="eng")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
