@@ -281,3 +281,28 @@ def test_the_text_of_an_attempt_that_failed_is_dropped_by_the_sweeper(app, clien
         assert sweeper.sweep(app.config)["texts_dropped"] == 1
         db.session.remove()
     assert sql(app, "SELECT count(*) FROM upload_texts")[0][0] == 0
+
+
+def test_a_text_over_its_limit_is_refused_before_it_is_stored(app, client, api, pdfs):
+    from app.uploads import derived as derived_uploads
+    _derive(api)
+    _archive_source(app, client, api, pdfs)
+    node, job = _claim_derived(client, app)
+    api_error(_put_text(node, job["attempt_id"], b"a" * (derived_uploads.TEXT_MAX_BYTES + 1)),
+              413, "too_large")
+    # A page past the index's bound is refused at upload, not at the archive.
+    error = api_error(_put_text(node, job["attempt_id"], b"a" * (64 * 1024 + 1)), 422, "invalid_upload")
+    assert error["details"]["reason"] == "index_limits"
+    assert sql(app, "SELECT count(*) FROM upload_texts")[0][0] == 0
+
+
+def test_a_job_put_into_the_target_by_hand_is_adopted_not_duplicated(app, client, api, pdfs):
+    _derive(api)
+    # The same paper, enqueued by hand with other fields (unique_value identity).
+    assert api.enqueue("papers-ocr", [{"value": "10.1234/paper0"}]).status_code in (200, 201)
+    _archive_source(app, client, api, pdfs)
+    (job,) = _derived_jobs(app)
+    assert job[2] is None  # the hand-made job, kept as it was
+    (identity,) = sql(app, "SELECT job_id FROM derived_jobs")
+    assert identity[0] == job[0]
+    assert sql(app, "SELECT state FROM hook_deliveries")[0][0] == "awaiting_callback"

@@ -71,8 +71,9 @@ def callback_token(secret_key: str, delivery_id: int) -> str:
     return CALLBACK_PREFIX + base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
 
 
-# What _prepare answers when there is nothing to POST now.
-FINAL, LATER = "final", "later"
+# What _prepare answers when there is nothing to POST now, or when the
+# delivery is a derive consumer's (no HTTP: app/hooks/derived.py).
+FINAL, LATER, DERIVE = "final", "later", "derive"
 
 
 def _prepare(delivery_id: int, download_url_for, secret_key: str, public_url: str):
@@ -81,10 +82,12 @@ def _prepare(delivery_id: int, download_url_for, secret_key: str, public_url: st
     row = db.session.execute(text("""
         SELECT d.id, d.state, d.tries, d.attempt_id, d.asset_key, d.project_id,
                d.awaiting_until > now() AS waiting, c.url, c.secret, c.enabled,
-               c.completion_timeout_seconds, u.canonical_key, u.sha256, u.size, u.job_id
+               c.completion_timeout_seconds, c.kind, u.canonical_key, u.sha256, u.size, u.job_id
         FROM hook_deliveries d JOIN hook_consumers c ON c.id = d.consumer_id
         JOIN uploads u ON u.attempt_id = d.attempt_id
         WHERE d.id = :d FOR UPDATE OF d"""), {"d": delivery_id}).mappings().first()
+    if row is not None and row["kind"] == "derive":
+        return DERIVE
     if row is None or row["state"] not in OPEN_STATES:
         return FINAL
     if not row["enabled"]:
@@ -135,14 +138,11 @@ def deliver(delivery_id: int, download_url_for, *, secret_key: str, public_url: 
 
     Returns the new state, or None when there was nothing to do.
     """
-    kind = db.session.execute(text(
-        "SELECT c.kind FROM hook_deliveries d JOIN hook_consumers c ON c.id = d.consumer_id "
-        "WHERE d.id = :d"), {"d": delivery_id}).scalar()
-    if kind == "derive":  # no HTTP: enqueue (or look at) the derived job
+    prepared = _prepare(delivery_id, download_url_for, secret_key, (public_url or "").rstrip("/"))
+    if prepared == DERIVE:  # no HTTP: enqueue (or look at) the derived job
         state = derived.advance(delivery_id)
         db.session.commit()
         return state
-    prepared = _prepare(delivery_id, download_url_for, secret_key, (public_url or "").rstrip("/"))
     if prepared == LATER:
         db.session.rollback()
         return None

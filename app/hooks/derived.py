@@ -25,11 +25,12 @@ import re
 
 from sqlalchemy import text
 
-from app.errors import InvalidRequest
+from app.errors import Conflict, InvalidJob, InvalidRequest
 from app.extensions import db
 from app.hooks import outbox
-from app.projects import wakeups
-from workers.protocol import compact_json, value_digest
+from app.projects import enqueue, wakeups
+from app.projects.models import Project
+from workers.protocol import value_digest
 
 PROFILE_NAME = re.compile(r"\A[a-z0-9][a-z0-9-]{0,31}\Z")
 # Tesseract pack names joined by "+", as the OCR worker takes them.
@@ -73,33 +74,33 @@ def _job_value(source_value: str | None, canonical_key: str) -> str:
     return canonical_key[4:] if canonical_key.startswith("url:") else canonical_key
 
 
-def _enqueue(identity_id: int, facts: dict, value: str, target: str) -> int | None:
-    """Insert the derived job (no commit); its id, or None if the target
-    project no longer takes jobs. An existing job with the same identity
-    in the target project (put there by hand) is adopted, not duplicated."""
-    mode = db.session.execute(text(
-        "SELECT identity_mode FROM projects WHERE id = :t AND status IN ('active', 'draining')"),
-        {"t": target}).scalar()
-    if mode is None:
-        return None
-    ext_id = f"{facts['source_sha256']}:{facts['profile']}"
-    digest = value_digest(value) if mode == "unique_value" else None
-    job_id = db.session.execute(text(
-        "INSERT INTO jobs (project_id, ext_id, value_sha256, value, type, attr, random_key) "
-        "VALUES (:t, :e, :vs, :v, 'asset', CAST(:attr AS jsonb), "
-        "floor(random() * 4294967296 - 2147483648)::int) "
-        "ON CONFLICT DO NOTHING RETURNING id"),
-        {"t": target, "e": ext_id if mode == "external_id" else None, "vs": digest, "v": value,
-         "attr": compact_json(facts)}).scalar()
-    if job_id is None:
-        job_id = db.session.execute(text(
-            "SELECT id FROM jobs WHERE project_id = :t AND (ext_id = :e OR value_sha256 = :vs) "
-            "ORDER BY id LIMIT 1"), {"t": target, "e": ext_id, "vs": digest}).scalar()
+def _enqueue(identity_id: int, facts: dict, value: str, target: str) -> tuple[int | None, str]:
+    """Insert the derived job through the enqueue path (no commit); (its id,
+    why not). An existing job of the same identity in the target project
+    (put there by hand, even with other fields) is adopted, not duplicated:
+    the insert runs in a savepoint, so its conflict leaves the archive
+    commit's transaction intact."""
+    project = db.session.get(Project, target)
+    if project is None or project.status not in ("active", "draining"):
+        return None, f"target project {target} does not take jobs"
+    spec = {"id": f"{facts['source_sha256']}:{facts['profile']}", "value": value, "type": "asset",
+            "attr": facts}
+    try:
+        with db.session.begin_nested():
+            inserted = enqueue.insert_batch(project, [spec]).inserted
+    except (Conflict, InvalidJob) as exc:
+        inserted, why = 0, f"could not enqueue into {target}: {exc}"
     else:
+        why = f"target project {target} refused the job"
+    job_id = db.session.execute(text(
+        "SELECT id FROM jobs WHERE project_id = :t AND (ext_id = :e OR value_sha256 = :vs) "
+        "ORDER BY id DESC LIMIT 1"),
+        {"t": target, "e": spec["id"], "vs": value_digest(value)}).scalar()
+    if inserted:
         wakeups.notify(target)
     db.session.execute(text("UPDATE derived_jobs SET job_id = :j WHERE id = :i"),
                        {"j": job_id, "i": identity_id})
-    return job_id
+    return job_id, why
 
 
 def advance(delivery_id: int) -> str | None:
@@ -138,11 +139,10 @@ def advance(delivery_id: int) -> str | None:
         job = db.session.execute(text("SELECT state, last_error FROM jobs WHERE id = :j"),
                                  {"j": job_id}).first()
     if job is None:  # new, or its job was deleted: (re-)enqueue
-        job_id = _enqueue(identity_id, facts, _job_value(row["value"], row["canonical_key"]),
-                          row["target_project_id"])
+        job_id, why = _enqueue(identity_id, facts, _job_value(row["value"], row["canonical_key"]),
+                               row["target_project_id"])
         if job_id is None:
-            return _close(delivery_id, "failed",
-                          f"target project {row['target_project_id']} does not take jobs")
+            return _close(delivery_id, "failed", why)
         job = ("todo", None)
     db.session.execute(text("UPDATE hook_deliveries SET derived_job_id = :i WHERE id = :d"),
                        {"i": identity_id, "d": delivery_id})

@@ -133,19 +133,22 @@ class Rules:
                 f"{self.max_bytes} for a {self.source_size}-byte source")
 
 
-def rules_for(attempt_id: int, job_id: int) -> Rules | None:
-    """The derived checks of an upload, or None for an ordinary job.
-    Raises InvalidRequest when the text was not uploaded first."""
-    facts = derived.facts_for_job(job_id)
-    if facts is None:
-        return None
-    has_text = db.session.execute(text("SELECT 1 FROM upload_texts WHERE attempt_id = :a"),
-                                  {"a": attempt_id}).first()
+def rules_for(attempt_id: int) -> Rules | None:
+    """The derived checks of an upload, or None for an ordinary job (one
+    index lookup on the upload path). Raises InvalidRequest when the text
+    was not uploaded first."""
+    row = db.session.execute(text(
+        "SELECT dj.source_pages, dj.source_size, "
+        "EXISTS (SELECT 1 FROM upload_texts t WHERE t.attempt_id = a.id) "
+        "FROM attempts a JOIN derived_jobs dj ON dj.job_id = a.job_id WHERE a.id = :a"),
+        {"a": attempt_id}).first()
     db.session.commit()
-    if has_text is None:
+    if row is None:
+        return None
+    if not row[2]:
         raise InvalidRequest("a derived PDF needs its text first: PUT /api/v1/fleet/uploads/"
                              f"{attempt_id}/text", details={"field": "text"})
-    return Rules(facts["source_pages"], facts["source_size"])
+    return Rules(row[0], row[1])
 
 
 @dataclass(frozen=True)

@@ -145,7 +145,7 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
     started = time.monotonic()
     # A derived job's PDF needs its text first: refused before admission,
     # so nothing is reserved or changed.
-    rules = derived_uploads.rules_for(attempt_id, transitions.job_of(attempt_id))
+    rules = derived_uploads.rules_for(attempt_id)
     admission = transitions.admit(attempt_id, worker, meta.sha256, meta.size, spool)
     if admission.action == "receipt":
         return (200 if admission.state == "done" else 202), {"state": admission.state}

@@ -85,11 +85,6 @@ def _lock_owned(attempt_id: int, worker: Worker):
     return row
 
 
-def job_of(attempt_id: int) -> int | None:
-    return db.session.execute(text("SELECT job_id FROM attempts WHERE id = :a"),
-                              {"a": attempt_id}).scalar()
-
-
 def admit(attempt_id: int, worker: Worker, sha256: str, size: int, spool) -> Admission:
     """Admit an upload (DESIGN §8.1–2) and reserve its spool quota. Commits.
 
