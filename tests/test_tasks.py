@@ -204,6 +204,24 @@ def test_make_broker_uses_redis_url_and_app_context(monkeypatch, redis_url):
         broker.close()
 
 
+def test_idle_consumers_poll_often_whatever_the_worker_timeout(redis_url):
+    """Dramatiq's idle Redis consumer sleeps up to the worker timeout
+    between fetches; ours caps that, so a staged upload's archive commit
+    does not wait a second for an idle tasks process to look."""
+    broker = tasks.make_broker({"REDIS_URL": redis_url})
+    try:
+        broker.declare_queue("archive")
+        for asked in (1000, 5000):
+            consumer = broker.consume("archive", prefetch=2, timeout=asked)
+            try:
+                assert consumer.timeout == tasks.PromptRedisBroker.IDLE_POLL_MS <= 100
+                assert consumer.prefetch == 2
+            finally:
+                consumer.close()
+    finally:
+        broker.close()
+
+
 def test_make_broker_stub_for_tests(monkeypatch):
     monkeypatch.setenv("FLEETHQ_STUB_BROKER", "true")
     broker = tasks.make_broker(app_config.load())

@@ -65,11 +65,12 @@ class Claimer:
         r = self.r
         while not r.stop.is_set():
             if self._free() <= 0:
-                r.slot_freed.wait(1.0)
-                r.slot_freed.clear()
+                r.claim_wake.wait(1.0)
+                r.claim_wake.clear()
                 continue
             if self._pause(self._blocked()):
-                r.stop.wait(2.0)
+                r.claim_wake.wait(2.0)
+                r.claim_wake.clear()
                 continue
             projects = self._due_projects()
             if not projects:

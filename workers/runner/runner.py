@@ -57,7 +57,9 @@ class Runner:
         self._browser: tuple[float, bool] = (0.0, False)
         self._beat_now = threading.Event()
         self.delivery_wake = threading.Event()
-        self.slot_freed = threading.Event()
+        # Set when the claim loop should look again now: a slot freed, or
+        # the node's status changed (an approval should not wait out a pause).
+        self.claim_wake = threading.Event()
         self.active: dict[str, threading.Event] = {}   # downloading attempt → cancel flag
         self.in_browser: set[str] = set()               # of those, queued for or in the browser pass
         self._active_lock = threading.Lock()
@@ -171,6 +173,7 @@ class Runner:
         if answer.get("status") != self.status:
             log.info("node status: %s", answer.get("status"))
             self.status = answer.get("status")
+            self.claim_wake.set()
         leases = answer.get("lease_expires") or {}
         for aid in fetching:
             if aid not in leases:
@@ -229,7 +232,7 @@ class Runner:
                     else:
                         self.active.pop(aid, None)
                         self.in_browser.discard(aid)
-                self.slot_freed.set()
+                self.claim_wake.set()
                 self.delivery_wake.set()
 
     def _delivery_dispatch(self, lanes: dict[str, queue.Queue]) -> None:
