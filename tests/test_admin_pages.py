@@ -131,6 +131,21 @@ def test_dashboard_shows_counts_throughput_workers_backlog_and_errors(app, clien
     assert "<html" not in live and 'id="throughput"' in live and "http_404" in live
 
 
+def test_dashboard_warns_before_the_spool_is_full(pages, app, monkeypatch):
+    from app.extensions import db
+    from app.uploads import spool
+    monkeypatch.setitem(app.config, "SPOOL_MAX_BYTES", 10 * 1024 * 1024)
+    row = re.compile(r'<tr id="spool-fill">.*?</tr>', re.S)
+    shown = row.search(pages.text("/admin")).group(0)
+    assert "0.0 %" in shown and "nearly full" not in shown
+    with app.app_context():
+        spool.reserve(spool.Spool.from_config(app.config), 9 * 1024 * 1024)
+        db.session.commit()
+        db.session.remove()
+    shown = row.search(pages.text("/admin/live")).group(0)
+    assert "90.0 %" in shown and "nearly full" in shown and "507" in shown
+
+
 def test_dashboard_counts_come_from_counters_not_jobs(pages, api, app):
     """The page reads the trigger-maintained delta rows: a fake delta shows up."""
     api.put_project("beta")
@@ -550,6 +565,18 @@ def test_enrollment_credential_is_shown_once_and_works(pages, client):
     registered = client.post("/api/v1/fleet/register", json={"id": node_id, "name": "n", "secret": secret,
                                                             "enrollment_token": credential})
     assert registered.status_code == 201
+
+
+def test_enrollment_command_names_the_public_url_behind_a_proxy(pages, app, monkeypatch):
+    """Behind a TLS proxy the request arrives as http://localhost: the
+    printed command must carry PUBLIC_URL, or the worker refuses it."""
+    command = re.compile(r"fleethq-worker run --master (\S+) ")
+    shown = pages.post("/admin/workers/enrollments").get_data(as_text=True)
+    assert command.search(shown).group(1) == "http://localhost"
+    monkeypatch.setitem(app.config, "PUBLIC_URL", "https://hq.example.org/")
+    shown = pages.post("/admin/workers/enrollments").get_data(as_text=True)
+    assert command.search(shown).group(1) == "https://hq.example.org"
+    assert "http://localhost" not in shown
 
 
 # ------------------------------------------------------------------ users

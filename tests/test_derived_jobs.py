@@ -221,6 +221,8 @@ def test_a_source_that_already_has_text_finishes_the_derived_job_as_skipped(app,
     _archive_source(app, client, api, pdfs)
     node, job = _claim_derived(client, app)
     path = f"/api/v1/fleet/attempts/{job['attempt_id']}/skip"
+    sent = _put_text(node, job["attempt_id"], "born digital words\fsecond page".encode())
+    assert sent.status_code == 200, body(sent)
     response = node._call("POST", path, json={"reason": "already_has_text", "pages": 2})
     assert response.status_code == 200, body(response)
     assert body(response)["state"] == "done"
@@ -228,6 +230,10 @@ def test_a_source_that_already_has_text_finishes_the_derived_job_as_skipped(app,
     assert sql(app, "SELECT state, outcome FROM attempts WHERE id = :a", a=int(job["attempt_id"]))[0] == (
         "done", {"skipped": "already_has_text", "pages": 2})
     assert sql(app, "SELECT state FROM hook_deliveries")[0][0] == "delivered"
+    # The source's own text is indexed as the source's, then dropped.
+    assert sql(app, "SELECT canonical_key, derived_key, pages FROM paper_texts") == [
+        (sql(app, "SELECT canonical_key FROM assets")[0][0], None, 2)]
+    assert sql(app, "SELECT count(*) FROM upload_texts")[0][0] == 0
     api_error(node._call("POST", path, json={"reason": "bored"}), 400, "invalid_request")
 
 

@@ -120,6 +120,8 @@ def test_a_pdf_with_text_on_every_page_is_already_done(tmp_path):
         run_ocr(source, tmp_path / "work", "eng")
     assert (caught.value.failure_class, caught.value.pages) == ("already_has_text", 1)
     assert not (tmp_path / "work" / "ocr.pdf").exists()
+    # Its own text comes along, so search finds a born-digital paper too.
+    assert caught.value.text_path.read_text("utf-8").split() == ["Nothing", "to", "read", "here"]
 
 
 @pytest.mark.parametrize("user_password", ["reader-secret", ""],

@@ -107,6 +107,12 @@ def test_a_source_that_already_has_text_is_finished_as_skipped(fleet, client, tm
     (attempt,) = sql(fleet.app, "SELECT outcome FROM attempts WHERE project_id = :p", p=target)
     assert attempt["outcome"]["skipped"] == "already_has_text"
     assert sql(fleet.app, "SELECT state FROM hook_deliveries")[0]["state"] == "delivered"
+    # Not OCRed, still found by its own words; no derived asset, no text left over.
+    (hit,) = _search(fleet.app, "typed words")
+    assert hit["canonical_key"] == "doi:10.5555/typed"
+    assert sql(fleet.app, "SELECT count(*) AS n FROM assets WHERE derived_from IS NOT NULL")[0]["n"] == 0
+    assert sql(fleet.app, "SELECT count(*) AS n FROM upload_texts")[0]["n"] == 0
+    wait_for(lambda: not worker.files(), 20, f"the worker's files to go: {worker.files()}")
 
 
 def test_an_encrypted_source_fails_for_good_without_retries(fleet, client, tmp_path):

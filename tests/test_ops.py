@@ -530,3 +530,20 @@ def test_a_stack_removes_only_its_own_record(tmp_path):
     path.write_text(json.dumps({"pid": os.getpid() + 1, "database_url": "postgresql://x/y"}))
     devstate.remove(tmp_path)  # another stack's record: kept
     assert path.exists()
+
+
+def test_spool_fill_is_a_gauge_against_its_quota(app, client, monkeypatch):
+    """A full spool answers uploads with 507: it must be seen coming."""
+    from app.extensions import db
+    from app.uploads import spool
+    monkeypatch.setitem(app.config, "SPOOL_MAX_BYTES", 1000)
+    assert value(_metrics(client), "fleethq_spool_reserved_bytes") == 0
+    assert value(_metrics(client), "fleethq_spool_max_bytes") == 1000
+    with app.app_context():
+        spool.reserve(spool.Spool.from_config(app.config), 700)
+        db.session.commit()
+        with pytest.raises(spool.SpoolFull):
+            spool.reserve(spool.Spool.from_config(app.config), 301)
+        db.session.rollback()
+        db.session.remove()
+    assert value(_metrics(client), "fleethq_spool_reserved_bytes") == 700

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 
-from flask import Response, g, request
+from flask import Response, current_app, g, request
 from prometheus_client import CollectorRegistry, Histogram, generate_latest, multiprocess
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -21,6 +21,7 @@ from app.extensions import db
 from app.hooks import deliveries
 from app.ops import retention, retention_stats
 from app.projects import counters
+from app.uploads import spool
 
 REQUEST_LATENCY = Histogram(
     "fleethq_http_request_duration_seconds", "HTTP request latency",
@@ -59,7 +60,18 @@ def render_queue_metrics() -> str:
     for project_id, by_state in sorted(job_counts.items()):
         lines.append(f'fleethq_queue_depth{{project="{_label(project_id)}"}} {by_state["todo"]}')
     lines += _hook_metrics(project_ids)
+    lines += _spool_metrics()
     return "\n".join(lines) + "\n"
+
+
+def _spool_metrics() -> list[str]:
+    # Both sides of the quota: alert on reserved / max before workers get 507.
+    return ["# HELP fleethq_spool_reserved_bytes Master spool quota held by uploads not yet archived",
+            "# TYPE fleethq_spool_reserved_bytes gauge",
+            f"fleethq_spool_reserved_bytes {spool.reserved_bytes()}",
+            "# HELP fleethq_spool_max_bytes Master spool quota (SPOOL_MAX_BYTES); uploads past it get 507",
+            "# TYPE fleethq_spool_max_bytes gauge",
+            f"fleethq_spool_max_bytes {int(current_app.config['SPOOL_MAX_BYTES'])}"]
 
 
 # delivery state → (metric, help); skipped deliveries are not failures.

@@ -13,6 +13,7 @@ from app.ops import retention_stats
 from app.pages import aggregates, charts
 from app.pages.admin import bp
 from app.projects import service
+from app.uploads import spool
 
 
 def live_context() -> dict:
@@ -35,9 +36,22 @@ def live_context() -> dict:
         "workers": aggregates.workers_summary(stale_s),
         "stale_after_s": stale_s,
         "backlog": aggregates.backlog(),
+        "spool": _spool_fill(),
         "failures": aggregates.recent_failures(10),
         "hook_failures": deliveries.list_deliveries(state="failed", limit=10),
     }
+
+
+# From here the dashboard warns: uploads past the quota get 507 until
+# archive commits free room.
+SPOOL_WARN_FRACTION = 0.8
+
+
+def _spool_fill() -> dict:
+    used, quota = spool.reserved_bytes(), int(current_app.config["SPOOL_MAX_BYTES"])
+    fraction = used / quota if quota else 1.0
+    return {"reserved": used, "max": quota, "percent": round(100 * fraction, 1),
+            "warn": fraction >= SPOOL_WARN_FRACTION}
 
 
 def _kept_for(days: int, what: str) -> str:

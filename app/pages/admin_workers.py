@@ -18,6 +18,7 @@ from app.fleet import service as fleet
 from app.fleet.models import TIERS
 from app.pages import admin_lookups, aggregates
 from app.pages.admin import actor, attempt, bp, refuse, shown_once
+from app.pages.links import master_url
 from app.uploads import held
 from app.uploads.spool import Spool
 
@@ -178,4 +179,4 @@ def create_enrollment():
     credential = fleet.create_enrollment(actor(), valid_for=ENROLLMENT_VALID)
     return shown_once("admin/enrollment.html", credential=credential,
                       valid_minutes=int(ENROLLMENT_VALID.total_seconds() // 60),
-                      master_url=request.host_url.rstrip("/"))
+                      master_url=master_url())

@@ -43,6 +43,7 @@ from sqlalchemy import text
 
 from app.extensions import db
 from app.pages import github, sessions
+from app.pages.links import master_url
 from app.pages.security import limit_login
 
 __all__ = ["admin_required", "bp", "current_user", "init_app", "login_required_active"]
@@ -186,11 +187,7 @@ def _callback_url() -> str:
     # Behind a proxy the Host header is not to be trusted: PUBLIC_URL wins.
     # GITHUB_CALLBACK_PATH: the path registered with the GitHub OAuth App
     # (SavewebHQ's apps have /auth/github/callback); both paths are served.
-    path = current_app.config["GITHUB_CALLBACK_PATH"]
-    public = current_app.config.get("PUBLIC_URL")
-    if public:
-        return public.rstrip("/") + path
-    return request.host_url.rstrip("/") + path
+    return master_url() + current_app.config["GITHUB_CALLBACK_PATH"]
 
 
 def _failed(code: int, title: str, message: str):

@@ -15,6 +15,7 @@ from sqlalchemy import text
 from app.accounts import service as accounts
 from app.extensions import db
 from app.pages.auth import current_user, login_required_active
+from app.pages.links import master_url
 
 bp = Blueprint("worker_pages", __name__, url_prefix="/worker")
 
@@ -67,12 +68,7 @@ def _page(shown_token: str | None = None, rotated: bool = False):
     uid = current_user.id
     return render_template("worker/index.html", workers=own_workers(uid), token=_token_view(uid),
                            shown_token=shown_token, rotated=rotated,
-                           max_workers=MAX_WORKERS_SHOWN, master_url=_master_url())
-
-
-def _master_url() -> str:
-    public = current_app.config.get("PUBLIC_URL")
-    return (public or url_for("auth.root", _external=True)).rstrip("/")
+                           max_workers=MAX_WORKERS_SHOWN, master_url=master_url())
 
 
 @bp.get("")

@@ -11,10 +11,13 @@ A derived PDF is verified like any upload (app/uploads/ingest.py) plus
 size within ``SIZE_FACTOR`` × the source + ``SIZE_SLACK_BYTES``. Its text
 must be uploaded first (:func:`store_text`); the archive commit indexes it
 and registers the PDF as derived from its source (app/uploads/archive.py).
+A source that needed no OCR ends its job as skipped, with no PDF; the text
+the worker read from it is indexed as the source's (:func:`index_source_text`).
 """
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass
 
 from sqlalchemy import text
@@ -22,7 +25,7 @@ from sqlalchemy import text
 from app.errors import Conflict, FleetError, InvalidRequest, NotFound, TooLarge
 from app.extensions import db
 from app.hooks import derived
-from app.search.index import check_text
+from app.search.index import check_text, index_paper
 from app.projects.leasing import Worker
 from app.uploads import transitions
 from workers import pdfcheck
@@ -34,6 +37,7 @@ TEXT_MAX_BYTES = 32 * 1024 * 1024
 SIZE_FACTOR = 4
 SIZE_SLACK_BYTES = 1024 * 1024
 SOURCE_URL_TTL_S = 900
+log = logging.getLogger(__name__)
 
 
 class InvalidText(FleetError):
@@ -169,6 +173,23 @@ def for_archive(attempt_id: int, job_id: int) -> Archived | None:
                               {"a": attempt_id}).scalar()
     return Archived(f"{facts['profile']}:{facts['source_key']}", facts["source_key"],
                     facts["source_project_id"], facts["languages"], body or "")
+
+
+def index_source_text(attempt_id: int, facts) -> bool:
+    """A skipped derived job (its source needed no OCR): the source's own
+    text, if the worker sent it, into the index, in the caller's transaction,
+    so a born-digital paper is found by its words like a scanned one."""
+    body = db.session.execute(text("SELECT body FROM upload_texts WHERE attempt_id = :a"),
+                              {"a": attempt_id}).scalar()
+    if body is None:
+        return False
+    try:
+        with db.session.begin_nested():  # a failed index must not undo the skip
+            index_paper(facts["source_key"], facts["source_project_id"], body)
+    except FleetError as exc:
+        log.warning("text of skipped attempt %s not indexed: %s", attempt_id, exc.message)
+    forget_text(attempt_id)
+    return True
 
 
 def forget_text(attempt_id: int) -> None:

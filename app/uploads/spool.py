@@ -114,6 +114,12 @@ def ensure_usage_row() -> None:
         "INSERT INTO spool_usage (id, reserved_bytes) VALUES (1, 0) ON CONFLICT (id) DO NOTHING"))
 
 
+def reserved_bytes() -> int:
+    """Quota held now by uploads streaming, staged or held (no lock)."""
+    return int(db.session.execute(text(
+        "SELECT reserved_bytes FROM spool_usage WHERE id = 1")).scalar() or 0)
+
+
 def reserve(spool: Spool, size: int) -> None:
     """Reserve ``size`` bytes in the open transaction (the caller commits).
 

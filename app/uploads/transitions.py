@@ -316,14 +316,17 @@ def complete(attempt_id: int, asset_key: str) -> bool:
 
 def skip_derived(attempt_id: int, worker: Worker, reason: str, details: dict) -> dict:
     """A derived job's input needs no work (an OCR source that already has
-    text): its running attempt and the job are done without an upload, and
+    text): its running attempt and the job are done without an upload, the
+    source's own text (sent before, if the worker read it) is indexed, and
     the hooks waiting for the job close. Commits; idempotent for a replay.
 
     Raises Conflict ``stale_attempt`` (not the caller's, or no longer
     running) and NotFound (not a derived job)."""
     from app.hooks import derived
+    from app.uploads import derived as derived_uploads
     row = _lock_owned(attempt_id, worker)
-    if derived.facts_for_job(row["job_id"]) is None:
+    facts = derived.facts_for_job(row["job_id"])
+    if facts is None:
         db.session.rollback()
         raise NotFound("this attempt's job is not a derived job")
     outcome = {"skipped": reason, **details}
@@ -343,6 +346,7 @@ def skip_derived(attempt_id: int, worker: Worker, reason: str, details: dict) ->
         "UPDATE jobs SET state = 'done', lease_expires_at = NULL, updated_at = now() "
         "WHERE id = :j AND current_attempt_id = :a AND state = 'wip'"),
         {"j": row["job_id"], "a": attempt_id})
+    derived_uploads.index_source_text(attempt_id, facts)
     derived.job_finished(row["job_id"])
     wakeups.notify(row["project_id"])  # a slot of the project's caps is free
     db.session.commit()

@@ -9,7 +9,7 @@ its own children:
 2. inspect the source with PDFium: page count (the time limit grows with
    it), pages that already have text, encryption, signatures. Encrypted,
    signed or unreadable input is ``PermanentFailure``; text on every page is
-   ``AlreadyHasText``;
+   ``AlreadyHasText``, carrying that text (read with PDFium into ``ocr.txt``);
 3. ``python -m ocrmypdf --skip-text --output-type pdf --rasterizer pypdfium``:
    pages with text are kept as they are, the others rasterized with PDFium
    and OCRed with Tesseract. Plain PDF output and the PDFium rasterizer need
@@ -85,7 +85,8 @@ def run_ocr(source: Path, scratch: Path, languages, limits: OcrLimits = OcrLimit
         facts, inspect_s = _inspect(source, scratch, env, limits, cancel)
         pages, skipped = facts["pages"], len(facts["text_pages"])
         if skipped == pages:
-            raise AlreadyHasText(pages, f"all {pages} page(s) already have text")
+            raise AlreadyHasText(pages, f"all {pages} page(s) already have text",
+                                 text_path=_source_text(source, text_path, pages, scratch, env, limits, cancel))
         # Every page OCRed (the usual scan): OCRmyPDF's own sidecar is the
         # whole text, and a second PDFium pass over the output is saved. With
         # pages that kept their text the sidecar would only say "skipped"
@@ -106,9 +107,10 @@ def run_ocr(source: Path, scratch: Path, languages, limits: OcrLimits = OcrLimit
         if text.get("error") or text["pages"] != pages:
             raise RetryableFailure("invalid_output_pdf",
                                    f"the derived PDF has {text.get('pages')} pages, the source {pages}")
-    except BaseException:
+    except BaseException as exc:
         for partial in (pdf_path, text_path):
-            partial.unlink(missing_ok=True)
+            if not (isinstance(exc, AlreadyHasText) and partial == exc.text_path):
+                partial.unlink(missing_ok=True)
         raise
     finally:
         shutil.rmtree(env["TMPDIR"], ignore_errors=True)
@@ -134,6 +136,17 @@ def ocrmypdf_argv(source: Path, output: Path, languages: tuple[str, ...], limits
         argv.append("--deskew")
     return argv + ["--", str(source), str(output)]
 
+
+
+def _source_text(source: Path, text_path: Path, pages: int, scratch: Path, env, limits: OcrLimits,
+                 cancel) -> Path | None:
+    """The text of a source that needs no OCR, or None when it cannot be read
+    (the job still ends as skipped: its text is a nicety, not its result)."""
+    try:
+        text, _ = _probe(["text", str(source), str(text_path)], "text", pages, scratch, env, limits, cancel)
+    except (RetryableFailure, BrokenWorker):
+        return None
+    return text_path if not text.get("error") and text.get("pages") == pages else None
 
 
 def _sidecar_facts(text_path: Path) -> dict:

@@ -39,13 +39,16 @@ class RetryableFailure(OcrFailure):
 
 
 class AlreadyHasText(OcrFailure):
-    """Every page has text already; ``pages`` is the source's page count."""
+    """Every page has text already; ``pages`` is the source's page count and
+    ``text_path``, when the engine could read it, the source's own text (so
+    a born-digital paper is searchable too, without OCR)."""
 
     failure_class = "already_has_text"
 
-    def __init__(self, pages: int, message: str = "every page already has text"):
+    def __init__(self, pages: int, message: str = "every page already has text", text_path=None):
         super().__init__("already_has_text", message)
         self.pages = pages
+        self.text_path = text_path
 
 
 class BrokenWorker(OcrFailure):

@@ -153,17 +153,20 @@ class Delivery:
         self.journal.update(aid, state="uploaded", result=None)  # sent; keeps the journal small
         self.wake()  # the receipt wait is the receipt pool's job
 
-    def _upload_text(self, entry: dict) -> bool:
-        """PUT the entry's text; False when the master refused it for good."""
+    def _send_text(self, entry: dict) -> None:
         aid = entry["attempt_id"]
         data = (self.volume.ready / entry["text_file"]).read_bytes()
         if len(data) != entry["text_size"]:
             raise OSError(f"text file of attempt {aid} changed size since it was journaled")
+        self.master.call("PUT", f"/api/v1/fleet/uploads/{seg(aid)}/text", data=data,
+                         headers={"Content-Type": "text/plain; charset=utf-8",
+                                  "X-Text-SHA256": entry["text_sha256"]},
+                         timeout=UPLOAD_TIMEOUT_S)
+
+    def _upload_text(self, entry: dict) -> bool:
+        """PUT the entry's text; False when the master refused it for good."""
         try:
-            self.master.call("PUT", f"/api/v1/fleet/uploads/{seg(aid)}/text", data=data,
-                             headers={"Content-Type": "text/plain; charset=utf-8",
-                                      "X-Text-SHA256": entry["text_sha256"]},
-                             timeout=UPLOAD_TIMEOUT_S)
+            self._send_text(entry)
         except MasterError as exc:
             if exc.status in (409, 404):
                 self._drop(entry, "stale", f"text upload refused: {exc.message}")
@@ -235,11 +238,21 @@ class Delivery:
                 (self.volume.ready / name).unlink(missing_ok=True)
 
     def _report_skip(self, entry: dict) -> None:
-        """A derived job whose input needs no work: done without a file."""
+        """A derived job whose input needs no work: done without a PDF; the
+        source's own text, if the task read it, goes first for the index."""
         outcome = entry.get("outcome") or {}
         body = {"reason": outcome.get("reason", "already_has_text")}
         if isinstance(outcome.get("pages"), int):
             body["pages"] = outcome["pages"]
+        if entry.get("text_file") and (self.volume.ready / entry["text_file"]).exists():
+            try:
+                self._send_text(entry)
+            except MasterError as exc:
+                if exc.status not in (404, 409, 413, 422):
+                    raise
+                # The skip itself still counts; only the index misses this text.
+                log.warning("attempt %s: text of the skipped source refused: %s",
+                            entry["attempt_id"], exc.message)
         try:
             self.master.call("POST", f"/api/v1/fleet/attempts/{seg(entry['attempt_id'])}/skip",
                              body=body)
@@ -249,6 +262,7 @@ class Delivery:
                 raise
             result = f"not needed: {exc.code}"
         self.journal.update(entry["attempt_id"], reported=True)
+        self._remove_files(entry)
         log.info("attempt %s (job %s): reported skipped (%s): %s", entry["attempt_id"],
                  entry["job_id"], body["reason"], result)
 

@@ -19,7 +19,8 @@ PDF. Steps:
 Failure classes (workers/ocr/errors.py) become journal entries the delivery
 loop reports: permanent → ``failed`` not retryable; retryable (crash, out of
 memory, time limit, cancelled) → ``failed`` retryable, so another worker may
-take it; already has text → ``skipped`` (reported as done without a file);
+take it; already has text → ``skipped`` (reported as done without a PDF, with the
+source's own text when it could be read, so the master indexes it too);
 broken worker (missing binary or language pack) → the attempt fails
 retryably *and* the worker stops claiming, saying why on its heartbeat.
 """
@@ -101,7 +102,13 @@ class OcrTask:
         try:
             result = run_ocr(local, work / "ocr", source["languages"], self.limits, cancel=cancel)
         except AlreadyHasText as exc:
-            self.journal.update(aid, state="skipped", reported=False,
+            text = {}
+            if exc.text_path is not None:  # the source's own text, for the master's index
+                target = self.volume.ready / f"{aid}.txt"
+                text_sha, text_size = _seal(exc.text_path, target)
+                fsync_dir(self.volume.ready)
+                text = {"text_file": target.name, "text_sha256": text_sha, "text_size": text_size}
+            self.journal.update(aid, state="skipped", reported=False, **text,
                                 outcome={"reason": "already_has_text", "pages": exc.pages})
             return f"skipped: every one of {exc.pages} pages already has text"
         except PermanentFailure as exc:
