@@ -6,10 +6,12 @@ import json
 import os
 import secrets
 import sys
+from datetime import timezone
 
 import click
 from sqlalchemy import text
 
+from app import audit
 from app.accounts import service as accounts
 from app.accounts import tokens
 from app.accounts.models import ROLES
@@ -342,6 +344,30 @@ def web_keygen(out):
         sys.exit(1)
 
 
+@fleet.command("audit")
+@click.option("--actor", default=None, help="Only this actor (user:<id>, node:<id>, cli@<host>, system).")
+@click.option("--action", default=None, help="Only this action; ending in '.' a prefix (node.).")
+@click.option("--object", "obj", default=None, metavar="KIND[:ID]", help="Only this object (project:papers).")
+@click.option("--limit", type=click.IntRange(1, audit.PAGE_MAX), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def audit_log(actor, action, obj, limit, as_json):
+    """Print who did what, newest first."""
+    kind, _, object_id = (obj or "").partition(":")
+    entries = audit.listing(actor=actor, action=action, object_kind=kind or None,
+                            object_id=object_id or None, limit=limit)["entries"]
+    for e in entries:
+        if as_json:
+            click.echo(json.dumps({**e, "at": e["at"].isoformat()}, sort_keys=True, default=str))
+            continue
+        target = f"{e['object_kind']}:{e['object_id']}" if e["object_id"] else e["object_kind"]
+        line = f"{e['at'].astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC  {e['actor']}  {e['action']}  {target}"
+        if e["details"]:
+            line += "  " + json.dumps(e["details"], sort_keys=True, separators=(",", ":"))
+        if e["reason"]:
+            line += f"  reason: {e['reason']}"
+        click.echo(line)
+
+
 @fleet.command("users")
 def list_users():
     """List users."""
@@ -408,15 +434,16 @@ def enroll(valid_minutes, created_by):
 @click.argument("worker_id")
 @click.option("--user", "user_id", default=None,
               help="For a token worker: the user whose machine token it uses.")
-def worker_action(action, worker_id, user_id):
+@click.option("--reason", default=None, help="Why (kept in the audit log).")
+def worker_action(action, worker_id, user_id, reason):
     """Approve, reject, drain, enable or revoke a node (or a token worker with --user)."""
     from app.fleet import service as fleet_service
     try:
         if user_id:
-            worker = fleet_service.decide_token_worker(user_id, worker_id, action)
+            worker = fleet_service.decide_token_worker(user_id, worker_id, action, reason=reason)
             _emit({"worker_id": worker.worker_id, "user_id": worker.user_id, "status": worker.status})
         else:
-            node = fleet_service.decide(worker_id, action, actor="cli")
+            node = fleet_service.decide(worker_id, action, actor="cli", reason=reason)
             _emit({"worker_id": node.id, "name": node.name, "status": node.status})
     except FleetError as exc:
         _fail(exc)

@@ -54,6 +54,7 @@ class Defaults:
     KEEP_ATTEMPTS_PER_JOB = 20         # finished attempts kept per job, newest first
     KEEP_DONE_OUTBOX_DAYS = 14         # done outbox rows, delivered/skipped hook deliveries
     KEEP_FINISHED_JOBS_DAYS = 0        # done/failed/reset_exhausted jobs; an archive keeps them
+    KEEP_AUDIT_DAYS = 365              # audit log rows
     PRUNE_BATCH = 5_000
     NODE_LEASE_S = 60
     WORKER_STALE_S = 90
@@ -150,6 +151,7 @@ RETENTION_BOUNDS = (
     ("KEEP_ATTEMPTS_PER_JOB", 0, 1_000_000),
     ("KEEP_DONE_OUTBOX_DAYS", 0, 100_000),
     ("KEEP_FINISHED_JOBS_DAYS", 0, 100_000),
+    ("KEEP_AUDIT_DAYS", 0, 100_000),
     ("PRUNE_BATCH", 1, 100_000),
 )
 

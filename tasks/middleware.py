@@ -28,6 +28,8 @@ class AppContext(dramatiq.Middleware):
         ctx = self._get_app(broker).app_context()
         ctx.push()
         self._local.ctx = ctx
+        from app import audit
+        audit.acting_as("system")  # what the pipeline does on its own
 
     def _pop(self):
         ctx = getattr(self._local, "ctx", None)

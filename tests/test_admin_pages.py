@@ -476,7 +476,7 @@ def test_approve_drain_enable_revoke_a_registered_node(pages, app, client):
     message, _ = pages.act(f"/admin/workers/node/{node.node_id}/enable", {"confirm": "yes"})
     assert "is now active" in message
     message, _ = pages.act(f"/admin/workers/node/{node.node_id}/drain", {"confirm": "yes"})
-    message, _ = pages.act(f"/admin/workers/node/{node.node_id}/revoke", {"confirm": "yes"})
+    message, _ = pages.act(f"/admin/workers/node/{node.node_id}/revoke", {"confirm": "yes", "reason": "retired"})
     assert "is now revoked" in message
     assert node.heartbeat().status_code == 401
     message, _ = pages.act(f"/admin/workers/node/{node.node_id}/fly", {"confirm": "yes"}, expect="error")
@@ -548,7 +548,7 @@ def test_token_worker_drain_and_revoke(pages, client, make_user):
     assert "chromium crashed" in page and "/admin/workers/token/alice/laptop" in page
     message, _ = pages.act("/admin/workers/token/alice/laptop/drain", {"confirm": "yes"})
     assert message == "Token worker alice/laptop is now draining."
-    message, _ = pages.act("/admin/workers/token/alice/laptop/revoke", {"confirm": "yes"})
+    message, _ = pages.act("/admin/workers/token/alice/laptop/revoke", {"confirm": "yes", "reason": "lost laptop"})
     assert "revoked" in message
     message, _ = pages.act("/admin/workers/token/alice/laptop/enable", {"confirm": "yes"}, expect="error")
     assert "cannot enable a revoked token worker" in message

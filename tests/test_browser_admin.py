@@ -69,7 +69,7 @@ def flash(tab) -> str:
 
 
 def test_project_enqueue_paste_and_zst_requeue_and_escaping(page, site, api, tmp_path):
-    page.click(".subnav >> text=Projects")
+    page.click(".mainnav >> text=Projects")
     page.fill("#new-id", "crawl")
     page.select_option("#new-kind", "generic")
     page.select_option("#new-identity", "external_id")
@@ -130,7 +130,7 @@ def test_escaped_job_page(page, site, api):
 
 def test_approve_drain_and_revoke_an_enrolled_node(page, site, app):
     node = Node(requests.Session(), app, base=site.url, name="lab-pc", approve=False)
-    page.click(".subnav >> text=Workers")
+    page.click(".mainnav >> text=Workers")
     row = page.locator("#workers-table tbody tr", has_text="lab-pc")
     assert row.locator(".badge").inner_text() == "pending"
     shot(page, "workers")
@@ -153,6 +153,7 @@ def test_approve_drain_and_revoke_an_enrolled_node(page, site, app):
     page.goto(f"{site.url}/admin/workers/node/{node.node_id}")
     shot(page, "worker")
     page.check("#confirm-revoke")
+    page.fill("#reason-revoke", "lab machine retired")
     page.click("#do-revoke")
     assert "is now revoked" in flash(page)
     assert node.heartbeat().status_code == 401
@@ -170,7 +171,7 @@ def test_users_and_hooks_pages(page, site, app, api, admin_token):
         accounts.put_user("gh-7", ["worker"], "pending")
         db.session.remove()
     api.put_project("papers", kind="pdf", identity_mode="unique_value")
-    page.click(".subnav >> text=Users")
+    page.click(".mainnav >> text=Users")
     page.click("#pending button")
     assert flash(page) == "User gh-7 is active; they can sign in now."
     shot(page, "users")
@@ -181,7 +182,7 @@ def test_users_and_hooks_pages(page, site, app, api, admin_token):
     assert page.inner_text("#machine-token") == admin_token
     page.go_back()
 
-    page.click(".subnav >> text=Hooks")
+    page.click(".mainnav >> text=Hooks")
     page.select_option("#consumer-project", "papers")
     page.fill("#consumer-name", "ocr")
     page.fill("#consumer-url", "https://ocr.example.org/in")
@@ -204,6 +205,7 @@ def test_revoking_mid_upload_holds_the_file_until_released(page, site, app, api,
     with streaming_upload(app, site.port, node, job, data) as sock:
         page.goto(f"{site.url}/admin/workers/node/{node.node_id}")
         page.check("#confirm-revoke")
+        page.fill("#reason-revoke", "suspected of tampering")
         page.click("#do-revoke")
         assert "is now revoked" in flash(page)
         sock.sendall(data[4096:])

@@ -347,6 +347,7 @@ DATABASE_COMMANDS = {
     "set-tier": ["node-0123456789abcdef", "fallback"],
     "remote": ["off"],
     "local-worker": ["--volume", "{volume}"],
+    "audit": [],
 }
 NO_DATABASE_COMMANDS = {"web-keygen"}
 

@@ -10,6 +10,7 @@ from flask import current_app
 from sqlalchemy import select, text
 from sqlalchemy.exc import IntegrityError
 
+from app import audit
 from app.accounts import sealing, tokens
 from app.accounts.models import ROLES, USER_STATUSES, MachineToken, User
 from app.errors import InvalidRequest, InvalidToken, NotFound
@@ -68,6 +69,7 @@ def put_user_and_token(user_id: str, roles: list[str], token: str) -> None:
         _put_user(user_id, roles, "active", ())
         db.session.flush()
         _install(user_id, token)
+        audit.record("token.install", "user", user_id)
     except Exception:
         db.session.rollback()
         raise
@@ -82,9 +84,15 @@ def _put_user(user_id, roles, status, keep) -> tuple[User, bool]:
         user = User(id=user_id)
         db.session.add(user)
     kept = [role for role in (user.roles or ()) if role in keep]
+    before = (None, None) if created else (list(user.roles or ()), user.status)
     user.roles = sorted(set(roles) | set(kept))
     user.status = status
     user.updated_at = db.func.now()
+    if created:
+        audit.record("user.create", "user", user_id, {"roles": user.roles, "status": status})
+    elif before != (user.roles, status):
+        audit.record("user.update", "user", user_id, {
+            "roles": {"from": before[0], "to": user.roles}, "status": {"from": before[1], "to": status}})
     return user, created
 
 
@@ -97,6 +105,7 @@ def get_user(user_id: str) -> User:
 
 def delete_user(user_id: str) -> None:
     db.session.delete(get_user(user_id))
+    audit.record("user.delete", "user", user_id)
     db.session.commit()
 
 
@@ -148,6 +157,7 @@ def install_token(user_id: str, token: str) -> None:
     """
     get_user(user_id)
     _install(user_id, token)
+    audit.record("token.install", "user", user_id)
     db.session.commit()
 
 
@@ -160,6 +170,7 @@ def rotate_token(user_id: str) -> str:
     get_user(user_id)
     token = tokens.new_secret(tokens.USER_TOKEN_PREFIX)
     _install(user_id, token)
+    audit.record("token.rotate", "user", user_id)
     db.session.commit()
     return token
 
@@ -240,6 +251,8 @@ def revoke_token(user_id: str) -> bool:
     get_user(user_id)
     deleted = db.session.execute(text("DELETE FROM machine_tokens WHERE user_id = :u"),
                                  {"u": user_id}).rowcount
+    if deleted:
+        audit.record("token.revoke", "user", user_id)
     db.session.commit()
     return deleted > 0
 

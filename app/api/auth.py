@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from flask import current_app, g, request
 from sqlalchemy import text
 
+from app import audit
 from app.accounts import service as accounts
 from app.accounts import tokens
 from app.accounts.service import Principal
@@ -60,7 +61,12 @@ def principal() -> Principal:
                                 node_status=node.status)
     else:
         g.principal = accounts.authenticate(token)
+    _acting(g.principal)
     return g.principal
+
+
+def _acting(who: Principal) -> None:
+    audit.acting_as(f"user:{who.user_id}" if who.user_id else f"node:{who.node_id}")
 
 
 _NODE_CALL = f"""
@@ -122,6 +128,7 @@ def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
         worker = Worker(worker_id=worker_id, owner=who.user_id)
         mapped = row[7]
     g.principal = who
+    _acting(who)
     return WorkerCall(who, project, worker, status, None if age is None else float(age), lane, mapped)
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import text
 
+from app import audit
 from app.errors import InvalidRequest, NotFound
 from app.extensions import db
 from app.fleet.models import TIERS
@@ -54,6 +55,7 @@ def set_remote(enabled: bool, actor: str) -> dict:
         for (project_id,) in db.session.execute(text(
                 "SELECT id FROM projects WHERE status = 'active'")).all():
             wakeups.notify(project_id)
+    audit.record("fleet.remote", "setting", REMOTE, {"enabled": enabled})
     db.session.commit()
     return {"remote": "on" if enabled else "off", "updated_by": actor}
 
@@ -91,6 +93,9 @@ def set_tier(worker_id: str, tier: str, user_id: str | None = None) -> dict:
             raise NotFound(f"token worker {user_id}/{worker_id} not found",
                            details={"worker_id": worker_id, "user_id": user_id})
         result = {"worker_id": row[0], "user_id": row[1], "status": row[2], "tier": row[3]}
+    kind = "node" if user_id is None else "token_worker"
+    audit.record(f"{kind}.tier", kind, worker_id if user_id is None else f"{user_id}/{worker_id}",
+                 {"tier": tier})
     db.session.commit()
     _first_free.clear()  # a promoted or demoted worker counts at once in this process
     return result

@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from sqlalchemy import select, text
 
+from app import audit
 from app.accounts import tokens
 from app.errors import Conflict, FleetError, InvalidRequest, InvalidToken, NotFound, PermissionDenied
 from app.extensions import db
@@ -47,6 +48,8 @@ def create_enrollment(created_by: str | None, valid_for: timedelta = timedelta(m
     db.session.add(EnrollmentCredential(
         token_hash=tokens.digest(secret), created_by=created_by,
         expires_at=db.func.now() + valid_for))
+    audit.record("node.enrollment", "enrollment", None,
+                 {"valid_minutes": int(valid_for.total_seconds() // 60)})
     db.session.commit()
     return secret
 
@@ -113,7 +116,7 @@ def get_node(node_id: str) -> FleetNode:
 
 
 def _transition(label: str, action: str, rules: dict, update_sql: str, params: dict, load,
-                worker: tuple[str, str | None]):
+                worker: tuple[str, str | None], reason: str | None):
     """One guarded status UPDATE; the row count decides. A revoke also cancels
     the worker's running attempts in the same transaction. Commits.
 
@@ -130,21 +133,27 @@ def _transition(label: str, action: str, rules: dict, update_sql: str, params: d
         db.session.rollback()
         raise Conflict(f"cannot {action} a {current.status} {label}", code="invalid_transition",
                        details={"status": current.status, "action": action})
+    details = {}
     if action == "revoke":
         from app.projects import leasing
         from app.uploads import transitions
-        transitions.hold_uploads(leasing.cancel_worker_attempts(*worker))
+        cancelled = leasing.cancel_worker_attempts(*worker)
+        details = {"cancelled_attempts": len(cancelled), "held_uploads": transitions.hold_uploads(cancelled)}
+    kind = "node" if worker[1] is None else "token_worker"
+    audit.record(f"{kind}.{action}", kind, worker[0] if worker[1] is None else f"{worker[1]}/{worker[0]}",
+                 details, reason=reason)
     db.session.commit()
     return load()
 
 
-def decide(node_id: str, action: str, *, actor: str) -> FleetNode:
-    """Apply a fleet action (approve, reject, drain, enable, revoke) to a node."""
+def decide(node_id: str, action: str, *, actor: str, reason: str | None = None) -> FleetNode:
+    """Apply a fleet action (approve, reject, drain, enable, revoke) to a node;
+    ``reason``: what the admin typed (revoke, reject), kept in the audit log."""
     return _transition(
         "node", action, TRANSITIONS,
         "UPDATE fleet_nodes SET status = :to, updated_at = now(), decided_at = now(), "
         "decided_by = :actor WHERE id = :id AND status = ANY(:allowed) RETURNING id",
-        {"actor": actor, "id": node_id}, lambda: get_node(node_id), (node_id, None))
+        {"actor": actor, "id": node_id}, lambda: get_node(node_id), (node_id, None), reason)
 
 
 def get_token_worker(user_id: str, worker_id: str) -> TokenWorker:
@@ -154,14 +163,15 @@ def get_token_worker(user_id: str, worker_id: str) -> TokenWorker:
     return worker
 
 
-def decide_token_worker(user_id: str, worker_id: str, action: str) -> TokenWorker:
+def decide_token_worker(user_id: str, worker_id: str, action: str,
+                        reason: str | None = None) -> TokenWorker:
     """Drain, enable or revoke a token worker (a user's machine token + worker id)."""
     return _transition(
         "token worker", action, TOKEN_WORKER_TRANSITIONS,
         "UPDATE token_workers SET status = :to, updated_at = now() "
         "WHERE user_id = :u AND worker_id = :w AND status = ANY(:allowed) RETURNING worker_id",
         {"u": user_id, "w": worker_id}, lambda: get_token_worker(user_id, worker_id),
-        (worker_id, user_id))
+        (worker_id, user_id), reason)
 
 
 # Recording a token worker on every claim would add a write to the hot path;

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from sqlalchemy import text
 
+from app import audit
 from app.errors import InvalidRequest, NotFound
 from app.extensions import db
 from app.hooks import derived
@@ -91,6 +92,9 @@ def create(project_id: str, name: str, url: str | None = None, secret: str | Non
         {"p": project_id, "n": name, "kind": kind, "u": url, "tp": target_project,
          "prof": json.dumps(profile) if profile is not None else None, "s": secret,
          "e": bool(enabled), "t": _check_timeout(completion_timeout_seconds)}).mappings().one()
+    audit.record("hook.create", "hook_consumer", row["id"], {  # never the secret
+        "project": project_id, "name": name, "kind": kind, "url": url, "target_project": target_project,
+        "enabled": bool(enabled)})
     db.session.commit()
     return _dict(row, secret)
 
@@ -137,6 +141,10 @@ def update(project_id: str, consumer_id: int, *, url=None, enabled=None, name=No
         f"RETURNING {_COLUMNS}"), params).mappings().first()
     if row is None:
         raise NotFound("no such consumer")
+    audit.record("hook.update", "hook_consumer", consumer_id, {
+        "project": project_id, **{field: params[key] for key, field in (
+            ("u", "url"), ("e", "enabled"), ("n", "name"), ("t", "completion_timeout_seconds"))
+            if key in params}})
     db.session.commit()
     return _dict(row)
 
@@ -146,4 +154,5 @@ def delete(project_id: str, consumer_id: int) -> None:
                               {"id": consumer_id, "p": project_id}).rowcount
     if not gone:
         raise NotFound("no such consumer")
+    audit.record("hook.delete", "hook_consumer", consumer_id, {"project": project_id})
     db.session.commit()

@@ -39,7 +39,7 @@ ATTEMPT_SCAN_JOB_IDS = 100_000
 JOB_SCAN_ROWS = 50_000
 FINISHED_ATTEMPT_STATES = ("failed", "expired", "cancelled")
 FINISHED_JOB_STATES = ("done", "failed", "reset_exhausted")
-KINDS = ("attempts", "outbox", "hook_deliveries", "page_sessions", "rate_limits", "jobs")
+KINDS = ("attempts", "outbox", "hook_deliveries", "page_sessions", "rate_limits", "jobs", "audit_log")
 
 _PRUNE_ATTEMPTS = text("""
 WITH scanned AS (
@@ -130,6 +130,12 @@ def prune_rate_limits(batch: int) -> int:
     return _delete_batch("rate_limits", "window_end < now()", batch, key="ctid")
 
 
+def prune_audit_log(days: int, batch: int) -> int:
+    """Audit rows older than ``days``. Commits."""
+    return _delete_batch("audit_log", "at < now() - make_interval(days => :d)", batch,
+                         order="at", d=days)
+
+
 _PRUNE_JOBS = text("""
 WITH oldest AS (
     SELECT id, updated_at FROM jobs WHERE project_id = :p AND state = :s ORDER BY id LIMIT :scan
@@ -176,6 +182,7 @@ def run(config) -> dict[str, int]:
     keep_attempts = int(config["KEEP_ATTEMPTS_PER_JOB"])
     outbox_days = int(config["KEEP_DONE_OUTBOX_DAYS"])
     job_days = int(config["KEEP_FINISHED_JOBS_DAYS"])
+    audit_days = int(config["KEEP_AUDIT_DAYS"])
     pruned = {
         "attempts": prune_attempts(keep_attempts, batch) if keep_attempts else 0,
         "outbox": prune_outbox(outbox_days, batch) if outbox_days else 0,
@@ -183,6 +190,7 @@ def run(config) -> dict[str, int]:
         "page_sessions": prune_page_sessions(batch),
         "rate_limits": prune_rate_limits(batch),
         "jobs": prune_jobs(job_days, batch) if job_days else 0,
+        "audit_log": prune_audit_log(audit_days, batch) if audit_days else 0,
     }
     retention_stats.record(pruned)
     return pruned

@@ -15,7 +15,7 @@ from app.extensions import db
 
 # The tables retention keeps bounded, in the order the dashboard lists them.
 TABLES = ("jobs", "attempts", "uploads", "outbox", "hook_deliveries", "page_sessions",
-          "rate_limits", "worker_claim_buckets")
+          "rate_limits", "worker_claim_buckets", "audit_log")
 
 
 def cursor(kind: str) -> int:

@@ -12,3 +12,5 @@ def init_app(app) -> None:
     app.register_blueprint(auth.bp)
     app.register_blueprint(admin.bp)
     app.register_blueprint(worker.bp)
+    from app.pages.links import nav_links
+    app.jinja_env.globals["nav_links"] = nav_links

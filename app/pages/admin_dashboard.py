@@ -73,6 +73,7 @@ def retention_context() -> list[dict]:
         "page_sessions": "at expiry",
         "rate_limits": "when their window ends",
         "worker_claim_buckets": f"after {cfg['CLAIM_BUCKET_RETENTION_DAYS']} days",
+        "audit_log": _kept_for(cfg["KEEP_AUDIT_DAYS"], "audit rows"),
     }
     pruned = retention_stats.pruned()
     rows = []

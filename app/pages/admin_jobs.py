@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flask import abort, render_template, request
 
+from app import audit
 from app.errors import Conflict, FleetError, InvalidRequest, NotFound
 from app.extensions import db
 from app.pages import admin_lookups
@@ -86,14 +87,18 @@ def bulk_jobs(project_id):
     if action == "delete" and request.form.get("confirm") != "yes":
         return refuse("Tick the confirmation box to delete the selected jobs.", "admin.project",
                       **back)
+    reason = (request.form.get("reason") or "").strip()[:audit.REASON_MAX] or None
+    if action == "delete" and reason is None:
+        return refuse("Say why in the reason field: a bulk delete is kept in the audit log.",
+                      "admin.project", **back)
     changed, refused = 0, []
     for raw in raw_ids:
         try:
             jid = decimal_id(raw)
             if action == "delete":
-                jobs_admin.delete(project_id, jid)
+                jobs_admin.delete(project_id, jid, reason=reason)
             else:
-                jobs_admin.requeue(project_id, jid)
+                jobs_admin.requeue(project_id, jid, reason=reason)
             changed += 1
         except (Conflict, NotFound, InvalidRequest) as exc:
             db.session.rollback()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from flask import abort, render_template, request
 
+from app import audit
 from app.errors import FleetError, InvalidRequest, NotFound
 from app.extensions import db
 from app.pages import aggregates, charts
@@ -135,7 +136,7 @@ def project(project_id):
     return render_template("admin/project.html", project=summary, page=page, status=status,
                            after=after, states=JOB_STATES, charts=chart, requeueable=requeueable,
                            editable=EDITABLE, policy_statuses=("active", "draining", "archived"),
-                           policy_help=policy.HELP)
+                           policy_help=policy.HELP, reason_max=audit.REASON_MAX)
 
 
 @bp.post("/projects/<project_id>/policy")

@@ -13,6 +13,7 @@ from datetime import timedelta
 
 from flask import abort, current_app, render_template, request, send_file
 
+from app import audit
 from app.fleet import lanes, listing
 from app.fleet import service as fleet
 from app.fleet.models import TIERS
@@ -24,6 +25,8 @@ from app.uploads.spool import Spool
 
 ENROLLMENT_VALID = timedelta(minutes=15)
 ERRORS_PER_WORKER = 3
+# Actions that end a worker's access for good: the admin says why (audit log).
+REASON_ACTIONS = ("reject", "revoke")
 
 
 def _actions(kind: str, status: str) -> list[str]:
@@ -68,7 +71,8 @@ def _worker_page(kind: str, worker_id: str, user_id: str | None):
         live_jobs=admin_lookups.live_jobs_of_worker(worker_id, user_id),
         held_files=held.listing(worker_id, user_id),
         failures=aggregates.recent_failures(20, worker_id=worker_id, worker_owner=user_id),
-        stale_after_s=current_app.config["WORKER_STALE_S"])
+        stale_after_s=current_app.config["WORKER_STALE_S"],
+        reason_actions=REASON_ACTIONS, reason_max=audit.REASON_MAX)
 
 
 @bp.get("/workers/node/<node_id>")
@@ -85,11 +89,19 @@ def _unconfirmed(action: str, endpoint: str, **values):
     return refuse(f"Tick the box to confirm: {action}.", endpoint, action=action, **values)
 
 
+def _reason(action: str) -> str | None:
+    """The admin's reason, where the page asks for one; None if it is missing."""
+    return (request.form.get("reason") or "").strip()[:audit.REASON_MAX] or None
+
+
 @bp.post("/workers/node/<node_id>/<action>")
 def decide_node(node_id, action):
     if request.form.get("confirm") != "yes":
         return _unconfirmed(action, "admin.node", node_id=node_id)
-    return attempt(lambda: fleet.decide(node_id, action, actor=actor()),
+    reason = _reason(action)
+    if action in REASON_ACTIONS and reason is None:
+        return refuse(f"Say why: a {action} needs a reason.", "admin.node", action=action, node_id=node_id)
+    return attempt(lambda: fleet.decide(node_id, action, actor=actor(), reason=reason),
                    lambda n: f"Node {n.name} ({n.id}) is now {n.status}.", "admin.workers")
 
 
@@ -97,7 +109,11 @@ def decide_node(node_id, action):
 def decide_token_worker(user_id, worker_id, action):
     if request.form.get("confirm") != "yes":
         return _unconfirmed(action, "admin.token_worker", user_id=user_id, worker_id=worker_id)
-    return attempt(lambda: fleet.decide_token_worker(user_id, worker_id, action),
+    reason = _reason(action)
+    if action in REASON_ACTIONS and reason is None:
+        return refuse(f"Say why: a {action} needs a reason.", "admin.token_worker", action=action,
+                      user_id=user_id, worker_id=worker_id)
+    return attempt(lambda: fleet.decide_token_worker(user_id, worker_id, action, reason=reason),
                    lambda w: f"Token worker {w.user_id}/{w.worker_id} is now {w.status}.",
                    "admin.workers")
 

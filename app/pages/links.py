@@ -6,10 +6,34 @@ know: ``PUBLIC_URL`` wins whenever it is set.
 """
 from __future__ import annotations
 
-from flask import current_app, request
+from flask import current_app, request, url_for
 
 
 def master_url() -> str:
     """``PUBLIC_URL`` without its trailing slash, else the request's root URL."""
     public = current_app.config.get("PUBLIC_URL")
     return (public or request.url_root).rstrip("/")
+
+
+# The one navigation bar: (endpoint, label, first path segment under /admin
+# that belongs to it). A job page belongs to its project's section.
+ADMIN_SECTIONS = (
+    ("admin.dashboard", "Dashboard", ("",)),
+    ("admin.projects", "Projects", ("projects", "jobs")),
+    ("admin.workers", "Workers", ("workers",)),
+    ("admin.users", "Users", ("users",)),
+    ("admin.hooks", "Hooks", ("hooks",)),
+    ("admin.search", "Search", ("search",)),
+    ("admin.audit_log", "Audit", ("audit",)),
+)
+
+
+def nav_links(is_admin: bool) -> list[dict]:
+    """The header's links for this user, the current section marked."""
+    parts = request.path.strip("/").split("/")
+    section = (parts[1] if len(parts) > 1 else "") if parts[0] == "admin" else None
+    links = [{"url": url_for(endpoint), "label": label, "current": section in segments}
+             for endpoint, label, segments in (ADMIN_SECTIONS if is_admin else ())]
+    links.append({"url": url_for("worker_pages.index"), "label": "My worker",
+                  "current": parts[0] == "worker"})
+    return links

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import text
 
+from app import audit
 from app.accounts import tokens
 from app.extensions import db
 
@@ -114,6 +115,7 @@ def load(session_id: str | None) -> SessionUser | None:
     row = db.session.execute(_LOAD, {"h": tokens.digest(session_id)}).first()
     if row is None:
         return None
+    audit.acting_as(f"user:{row[0]}")  # whatever this request changes, this user did
     return SessionUser(id=row[0], roles=frozenset(row[1]), github_login=row[2],
                        session_id=session_id)
 

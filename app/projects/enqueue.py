@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import text
 
+from app import audit
 from app.errors import Conflict, InvalidJob
 from app.extensions import db
 from app.projects import service, wakeups
@@ -178,6 +179,8 @@ def enqueue(project_id: str, specs: list[dict]) -> EnqueueResult:
         result = insert_batch(project, specs)
         if result.inserted:
             wakeups.notify(project_id)
+        audit.record("jobs.enqueue", "project", project_id,
+                     {"submitted": result.submitted, "inserted": result.inserted})
         db.session.commit()
     except Exception:
         db.session.rollback()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
+from app import audit
 from app.errors import InvalidRequest, NotFound
 from app.extensions import db
 from app.projects import states, wakeups
@@ -182,7 +183,7 @@ def detail(project_id: str, job_id: int) -> dict:
     return job
 
 
-def requeue(project_id: str, job_id: int) -> None:
+def requeue(project_id: str, job_id: int, *, reason: str | None = None) -> None:
     """Put a failed or exhausted job back in the queue with fresh counters, no
     error and no task deadline (A9): a fresh start, whose deadline starts again
     at its next claim. Commits.
@@ -209,6 +210,7 @@ def requeue(project_id: str, job_id: int) -> None:
         raise InvalidRequest(f"only failed or reset_exhausted jobs can be requeued (job "
                              f"{job_id} is {current.state})", details={"state": current.state})
     wakeups.notify(project_id)
+    audit.record("job.requeue", "job", job_id, {"project": project_id}, reason=reason)
     db.session.commit()
 
 
@@ -222,7 +224,7 @@ def _tried_out(project_id: str, job_id: int) -> int | None:
         {"id": job_id, "p": project_id}).scalar()
 
 
-def delete(project_id: str, job_id: int) -> None:
+def delete(project_id: str, job_id: int, *, reason: str | None = None) -> None:
     """Delete a job that is not in flight (A10). Commits.
 
     Raises:
@@ -231,11 +233,13 @@ def delete(project_id: str, job_id: int) -> None:
     """
     deleted = db.session.execute(text(
         "DELETE FROM jobs WHERE id = :id AND project_id = :p AND state NOT IN ('wip', 'staged') "
-        "RETURNING id"), {"id": job_id, "p": project_id}).first()
+        "RETURNING id, state"), {"id": job_id, "p": project_id}).first()
     if deleted is None:
         current = _load(project_id, job_id)
         raise InvalidRequest(f"a {current.state} job cannot be deleted",
                              details={"state": current.state})
+    audit.record("job.delete", "job", job_id, {"project": project_id, "state": deleted[1]},
+                 reason=reason)
     db.session.commit()
 
 

@@ -5,6 +5,7 @@ from dataclasses import dataclass, fields
 
 from sqlalchemy import select, text
 
+from app import audit
 from app.errors import Conflict, InvalidRequest, NotFound
 from app.extensions import db
 from app.projects import counters, policy
@@ -84,6 +85,7 @@ def _create(project_id: str, values: dict) -> Project:
     project = Project(id=project_id, policy_version=1, **values)
     db.session.add(project)
     db.session.add(ProjectDispatch(project_id=project_id, tokens=0.0))
+    audit.record("project.create", "project", project_id, values)
     db.session.commit()
     return project
 
@@ -99,6 +101,14 @@ def _change(project: Project, clean: dict) -> Project:
     when a versioned field changes. Commits."""
     bump = any(name in policy.VERSIONED_FIELDS and getattr(project, name) != value
                for name, value in clean.items())
+    changed = {name: {"from": getattr(project, name), "to": value} for name, value in clean.items()
+               if getattr(project, name) != value}
+    if changed:
+        status = changed.pop("status", None)
+        if status:
+            audit.record("project.status", "project", project.id, status)
+        if changed:
+            audit.record("project.update", "project", project.id, changed)
     for name, value in clean.items():
         setattr(project, name, value)
     if bump:
@@ -188,9 +198,11 @@ def delete(project_id: str) -> None:
     if live:
         raise InvalidRequest(f"project has {live} jobs in flight; drain it first",
                              details={"in_flight": live})
+    counts = counters.job_counts([project_id])[project_id]
     db.session.delete(project)
     db.session.flush()
     counters.forget_project(project_id)
+    audit.record("project.delete", "project", project_id, {"jobs": sum(counts.values())})
     db.session.commit()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from app import audit
 from app.errors import Conflict, InvalidJob
 from app.extensions import db
 from app.projects import enqueue, service, wakeups
@@ -39,6 +40,9 @@ def import_source(project_id: str, stream: BinaryIO, *, limits: Limits, batch_si
         result = enqueue.insert_batch(project, batch, offset=committed)
         if result.inserted:
             wakeups.notify(project_id)
+        # One row per committed batch, so the log matches what landed.
+        audit.record("jobs.import", "project", project_id, {
+            "first_line": committed + 1, "submitted": len(batch), "inserted": result.inserted})
         db.session.commit()
         committed += len(batch)
         inserted += result.inserted

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import text
 
+from app import audit
 from app.errors import Conflict, NotFound
 from app.extensions import db
 from app.projects import states, wakeups
@@ -466,5 +467,6 @@ def release_held(attempt_id: int) -> Released:
                        details={"attempt_id": str(attempt_id), "state": found[0]})
     spool_mod.release(row[0])
     _notify_receipt(attempt_id)
+    audit.record("upload.release", "attempt", attempt_id, {"bytes": row[0]})
     db.session.commit()
     return Released(attempt_id, row[1], row[2])
