@@ -14,7 +14,7 @@ from datetime import timedelta
 from flask import abort, current_app, render_template, request, send_file
 
 from app import audit
-from app.fleet import lanes, listing
+from app.fleet import activity, lanes, listing
 from app.fleet import service as fleet
 from app.fleet.models import TIERS
 from app.pages import admin_lookups, aggregates
@@ -44,9 +44,11 @@ def workers():
         errors.setdefault(key, [])
         if len(errors[key]) < ERRORS_PER_WORKER:
             errors[key].append(failure)
+    done = activity.counts([(row["worker_id"], row["user_id"]) for row in rows])
     for row in rows:
         row["actions"] = _actions(row["kind"], row["status"])
         row["recent_errors"] = errors.get((row["worker_id"], row["user_id"]), [])
+        row["activity"] = done.get((row["worker_id"], row["user_id"]), activity.ZERO)
     searched = request.args.get("worker_id", "").strip()
     return render_template("admin/workers.html", workers=rows, stale_after_s=stale_s,
                            summary=aggregates.workers_summary(stale_s), searched=searched,
@@ -69,6 +71,8 @@ def _worker_page(kind: str, worker_id: str, user_id: str | None):
         "admin/worker.html", worker=row, actions=actions,
         confirm=action if action in actions else None,
         live_jobs=admin_lookups.live_jobs_of_worker(worker_id, user_id),
+        recent_tasks=activity.recent_tasks(worker_id, user_id),
+        activity=activity.counts([(worker_id, user_id)]).get((worker_id, user_id), activity.ZERO),
         held_files=held.listing(worker_id, user_id),
         failures=aggregates.recent_failures(20, worker_id=worker_id, worker_owner=user_id),
         stale_after_s=current_app.config["WORKER_STALE_S"],

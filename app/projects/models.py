@@ -139,6 +139,11 @@ class Attempt(db.Model):
               postgresql_where=text("state IN ('failed', 'expired')")),
         Index("uq_attempts_wire_id", "job_id", "wire_id", unique=True,
               postgresql_where=text("wire_id IS NOT NULL")),
+        # What each worker did (migration 0015): its last finished attempts
+        # and its counts of the last hour and day, one range scan per worker.
+        # The owner is coalesced so that a node (no owner) matches by "=".
+        Index("ix_attempts_worker_finished", "worker_id", text("COALESCE(worker_owner, '')"),
+              "finished_at", postgresql_where=text("finished_at IS NOT NULL")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
