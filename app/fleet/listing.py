@@ -61,18 +61,30 @@ _REMOTE = """
 SELECT j.id, j.project_id, j.ext_id, j.value, j.state, a.state AS attempt_state, j.worker_id,
        j.last_error, j.updated_at
 FROM jobs j LEFT JOIN attempts a ON a.id = j.current_attempt_id
-WHERE (CAST(:p AS text) IS NULL OR j.project_id = :p)
+WHERE (CAST(:p AS text) IS NULL OR j.project_id = :p) {state_filter}
 ORDER BY j.id DESC
 LIMIT :n
 """
 
 _PUBLIC_STATE = {"todo": "queued", "staged": "staged", "done": "done", "failed": "failed",
                  "reset_exhausted": "failed"}
+# A reader's state → the condition on jobs (j) and their current attempt (a).
+PUBLIC_STATES = {
+    "queued": "j.state = 'todo'",
+    "running": "j.state = 'wip' AND a.state IS DISTINCT FROM 'uploading'",
+    "uploading": "j.state = 'wip' AND a.state = 'uploading'",
+    "staged": "j.state = 'staged'",
+    "done": "j.state = 'done'",
+    "failed": "j.state IN ('failed', 'reset_exhausted')",
+}
 
 
-def remote_jobs(project_id: str | None, limit: int) -> list[dict]:
-    """Progress for readers: state, worker id, error, updated time — no topology."""
-    rows = db.session.execute(text(_REMOTE), {"p": project_id, "n": limit}).mappings().all()
+def remote_jobs(project_id: str | None, limit: int, state: str | None = None) -> list[dict]:
+    """Progress for readers: state, worker id, error, updated time — no
+    topology. ``state``: one of :data:`PUBLIC_STATES` (KeyError otherwise)."""
+    state_filter = f"AND {PUBLIC_STATES[state]}" if state else ""
+    rows = db.session.execute(text(_REMOTE.format(state_filter=state_filter)),
+                              {"p": project_id, "n": limit}).mappings().all()
     out = []
     for r in rows:
         state = _PUBLIC_STATE.get(r["state"]) or (

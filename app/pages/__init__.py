@@ -6,11 +6,12 @@ from __future__ import annotations
 
 
 def init_app(app) -> None:
-    from app.pages import admin, auth, security, worker
+    from app.pages import admin, auth, progress, security, worker
     auth.init_app(app)
     security.init_app(app)
     app.register_blueprint(auth.bp)
     app.register_blueprint(admin.bp)
     app.register_blueprint(worker.bp)
+    app.register_blueprint(progress.bp)
     from app.pages.links import nav_links
     app.jinja_env.globals["nav_links"] = nav_links

@@ -85,6 +85,8 @@ def admin_required(view):
 def home_url() -> str:
     if current_user.is_admin:
         return "/admin"
+    if current_user.has("reader") and not current_user.has("worker"):
+        return url_for("progress_pages.index")
     return url_for("worker_pages.index")
 
 

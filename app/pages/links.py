@@ -28,12 +28,15 @@ ADMIN_SECTIONS = (
 )
 
 
-def nav_links(is_admin: bool) -> list[dict]:
-    """The header's links for this user, the current section marked."""
+def nav_links(user) -> list[dict]:
+    """The header's links for this signed-in user, the current section marked."""
     parts = request.path.strip("/").split("/")
     section = (parts[1] if len(parts) > 1 else "") if parts[0] == "admin" else None
     links = [{"url": url_for(endpoint), "label": label, "current": section in segments}
-             for endpoint, label, segments in (ADMIN_SECTIONS if is_admin else ())]
+             for endpoint, label, segments in (ADMIN_SECTIONS if user.is_admin else ())]
+    if user.has("reader", "admin"):
+        links.append({"url": url_for("progress_pages.index"), "label": "Progress",
+                      "current": parts[0] == "progress"})
     links.append({"url": url_for("worker_pages.index"), "label": "My worker",
                   "current": parts[0] == "worker"})
     return links
