@@ -692,7 +692,7 @@ def test_job_page_shows_artifact_receipts_completion_and_links_the_worker(pages,
 
     page = pages.text(f"/admin/jobs/{running['job_id']}")
     assert f"<code>{running['attempt_id']}</code>" in page
-    assert 'href="/admin/workers?worker_id=q7w8e9r#worker-search" id="job-worker"' in page
+    assert 'href="/admin/workers/token/admin/q7w8e9r" id="job-worker"' in page  # its token worker's page
     assert "No artifact receipts" in page
 
 
@@ -743,3 +743,22 @@ def test_the_hooks_page_shows_a_derive_consumer_and_its_waiting_delivery(pages, 
     html = pages.text("/admin/hooks?project=scans")
     assert "derive: jobs into scans-ocr (ocr, eng+pol)" in html
     assert "None" not in re.sub(r"<[^>]+>", "", html)
+
+
+@pytest.mark.parametrize("odd", [".", ".."])
+def test_dot_ids_get_links_a_browser_keeps(pages, api, app, make_user, odd):
+    """'.' and '..' are valid ids (as in SavewebHQ); a browser resolves such
+    path segments, even percent-encoded, so the links write them with '~'."""
+    api.put_project(odd)
+    listing = pages.text("/admin/projects")
+    link = f'href="/admin/projects/{odd}~"'
+    assert link in listing and f'href="/admin/projects/{odd}"' not in listing
+    page = pages.text(f"/admin/projects/{odd}~")
+    assert f"<h1>Project {odd} <span" in page
+    message, _ = pages.act(f"/admin/projects/{odd}~/status", {"status": "draining"})
+    assert sql(app, "SELECT status FROM projects WHERE id = :p", p=odd)[0][0] == "draining"
+    make_user(odd, ["worker"])
+    assert f'action="/admin/users/{odd}~/token"' in pages.text("/admin/users")
+    # A plain id is untouched.
+    api.put_project("plain.id")
+    assert 'href="/admin/projects/plain.id"' in pages.text("/admin/projects")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 def init_app(app) -> None:
     from app.pages import admin, auth, progress, security, worker
+    from app.pages.links import SegmentConverter
+    app.url_map.converters["segment"] = SegmentConverter  # before the page routes are added
     auth.init_app(app)
     security.init_app(app)
     app.register_blueprint(auth.bp)

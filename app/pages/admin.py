@@ -135,9 +135,11 @@ def _bytes(size) -> str:
 
 @bp.app_template_filter("admin_time")
 def _time(epoch) -> str:
+    """UNIX seconds with UTC beside them, as SavewebHQ's pages show times:
+    the number is what its API and scripts speak, the date what people read."""
     if epoch is None:
         return "—"
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(epoch)))
+    return f"{int(float(epoch))} ({time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(float(epoch)))})"
 
 
 @bp.app_template_filter("admin_json")

@@ -19,6 +19,8 @@ from workers.protocol import (JsonTooDeep, SpecError, default_job_id, normalize_
 from workers.source import Limits
 
 MAX_JOBS = 10_000
+# SavewebHQ's web enqueue: a JSON array of 1..256 JobSpecs, as its API batch.
+MAX_ARRAY_JOBS = 256
 
 
 def _result(result) -> str:
@@ -70,7 +72,38 @@ def specs_from_jsonl(text: str, mode: str) -> list[dict]:
     return specs
 
 
-@bp.post("/projects/<project_id>/enqueue/values")
+def specs_from_array(text: str, mode: str) -> list[dict]:
+    """A JSON array of JobSpecs, as SavewebHQ's enqueue page takes it."""
+    if not text.strip():
+        raise InvalidRequest("nothing to enqueue: paste a JSON array of jobs")
+    try:
+        raw = strict_json_loads(text)
+    except JsonTooDeep as exc:
+        raise InvalidJob(f"refused: {exc}") from None
+    except ValueError as exc:
+        raise InvalidJob(f"not valid JSON ({exc})") from None
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_ARRAY_JOBS:
+        raise InvalidJob(f"expected a JSON array of 1 to {MAX_ARRAY_JOBS} jobs")
+    specs = []
+    for n, item in enumerate(raw):
+        try:
+            specs.append(normalize_jobspec(item, mode))
+        except SpecError as exc:
+            raise InvalidJob(f"job {n}: {exc}", details={"field": exc.field, "index": n}) from None
+    return specs
+
+
+@bp.post("/projects/<segment:project_id>/enqueue/json")
+def enqueue_json(project_id):
+    def run():
+        project = service.get(project_id)
+        return enqueue.enqueue(project_id, specs_from_array(request.form.get("jobs", ""),
+                                                            project.identity_mode))
+
+    return attempt(run, _result, "admin.project", project_id=project_id)
+
+
+@bp.post("/projects/<segment:project_id>/enqueue/values")
 def enqueue_values(project_id):
     def run():
         project = service.get(project_id)
@@ -95,7 +128,7 @@ def _jsonl_text() -> str:
     return request.form.get("jsonl", "")
 
 
-@bp.post("/projects/<project_id>/enqueue/jsonl")
+@bp.post("/projects/<segment:project_id>/enqueue/jsonl")
 def enqueue_jsonl(project_id):
     def run():
         project = service.get(project_id)
@@ -104,7 +137,7 @@ def enqueue_jsonl(project_id):
     return attempt(run, _result, "admin.project", project_id=project_id)
 
 
-@bp.post("/projects/<project_id>/enqueue/source")
+@bp.post("/projects/<segment:project_id>/enqueue/source")
 def enqueue_source(project_id):
     cfg = current_app.config
 

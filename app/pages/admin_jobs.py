@@ -2,7 +2,8 @@
 deliveries; requeue and delete, one by one or for a page of jobs."""
 from __future__ import annotations
 
-from flask import abort, render_template, request
+from flask import abort, current_app, redirect, render_template, request, url_for
+from sqlalchemy import text
 
 from app import audit
 from app.errors import Conflict, FleetError, InvalidRequest, NotFound
@@ -15,6 +16,49 @@ from app.uploads import receipts
 MAX_BULK = 200
 
 
+def _worker_url(job_id: int) -> str | None:
+    """The page of the worker holding (or last holding) the job: a token
+    worker's, a node's, or the worker id search when neither is known."""
+    row = db.session.execute(text(
+        "SELECT j.worker_id, j.worker_owner, n.id IS NOT NULL FROM jobs j "
+        "LEFT JOIN fleet_nodes n ON n.id = j.worker_id AND j.worker_owner IS NULL WHERE j.id = :j"),
+        {"j": job_id}).first()
+    if row is None or row[0] is None:
+        return None
+    if row[1] is not None:
+        return url_for("admin.token_worker", user_id=row[1], worker_id=row[0])
+    if row[2]:
+        return url_for("admin.node", node_id=row[0])
+    return url_for("admin.workers", worker_id=row[0]) + "#worker-search"
+
+
+# Long enough to read a paper, short enough that a copied link soon dies.
+FILE_LINK_TTL_S = 600
+
+
+@bp.get("/jobs/<job_id>/file/<attempt_id>")
+def job_file(job_id, attempt_id):
+    """Open the archived file of one of the job's uploads: a short-lived
+    signed link (local store) or presigned URL (S3), so the browser reads it
+    from the store, not through a page worker."""
+    from app.storage import from_config
+    from app.uploads import downloads
+    try:
+        job_id, attempt_id = decimal_id(job_id), decimal_id(attempt_id, "attempt_id")
+    except InvalidRequest:
+        abort(404)
+    object_key = db.session.execute(text(
+        "SELECT a.object_key FROM uploads u JOIN assets a ON a.canonical_key = u.canonical_key "
+        "WHERE u.job_id = :j AND u.attempt_id = :a AND u.state = 'done'"),
+        {"j": job_id, "a": attempt_id}).scalar()
+    if object_key is None:
+        abort(404)
+    cfg = current_app.config
+    url, _ = downloads.url_for(from_config(cfg), {"PUBLIC_URL": "", "SECRET_KEY": cfg["SECRET_KEY"]},
+                               object_key, FILE_LINK_TTL_S)
+    return redirect(url, 303)
+
+
 @bp.get("/jobs/<job_id>")
 def job(job_id):
     try:
@@ -25,6 +69,7 @@ def job(job_id):
         abort(404)
     attempt_ids = [a["number"] for a in detail["attempt_history"]]
     return render_template("admin/job.html", project_id=project_id, job=detail,
+                           worker_url=_worker_url(job_id),
                            task_timeout_s=service.view(project_id).task_timeout_seconds,
                            receipts=receipts.for_job(job_id),
                            deliveries=admin_lookups.deliveries_for_attempts(project_id, attempt_ids))
@@ -69,7 +114,7 @@ def _back(project_id):
     return values
 
 
-@bp.post("/projects/<project_id>/jobs/bulk")
+@bp.post("/projects/<segment:project_id>/jobs/bulk")
 def bulk_jobs(project_id):
     """Requeue or delete the ticked jobs, or requeue every failed job on the page."""
     action = request.form.get("action", "")

@@ -75,9 +75,28 @@ def policy_from_form(form, allowed) -> dict:
     return fields
 
 
+# The create form shows every policy field; an empty one takes the kind's
+# default (DESIGN §5), shown beside it.
+CREATE_NUMBERS = tuple(f for f in EDITABLE if f in INTS or f in RATES)
+
+
+def creation_fields(form) -> dict:
+    """The policy of a new project from the create form: what the admin filled in."""
+    filled = [name for name in policy.POLICY_FIELDS
+              if name in ("kind", "identity_mode", "client_versions")
+              or (form.get(name) or "").strip()]
+    fields = policy_from_form(form, filled)
+    choice = form.get("prefer_new_worker", "")
+    if choice in ("yes", "no"):
+        fields["prefer_new_worker"] = choice == "yes"
+    return fields
+
+
 @bp.get("/projects")
 def projects():
     return render_template("admin/projects.html", projects=service.list_summaries(),
+                           numbers=CREATE_NUMBERS, policy_help=policy.HELP,
+                           defaults={kind: policy.defaults(kind) for kind in ("generic", "pdf")},
                            states=JOB_STATES)
 
 
@@ -88,8 +107,7 @@ def create_project():
         policy.validate_project_id(project_id)
         if _exists(project_id):
             raise InvalidRequest(f"project {project_id!r} already exists")
-        fields = policy_from_form(request.form, ("kind", "identity_mode", "client_versions"))
-        service.put(project_id, fields, partial=False)
+        service.put(project_id, creation_fields(request.form), partial=False)
     except FleetError as exc:
         db.session.rollback()
         return refuse(explain(exc), "admin.projects")
@@ -118,7 +136,7 @@ def _filters():
     return status, after
 
 
-@bp.get("/projects/<project_id>")
+@bp.get("/projects/<segment:project_id>")
 def project(project_id):
     try:
         summary = service.summary(service.get(project_id))
@@ -139,7 +157,7 @@ def project(project_id):
                            policy_help=policy.HELP, reason_max=audit.REASON_MAX)
 
 
-@bp.post("/projects/<project_id>/policy")
+@bp.post("/projects/<segment:project_id>/policy")
 def update_policy(project_id):
     def save():
         fields = policy_from_form(request.form, EDITABLE)
@@ -151,7 +169,23 @@ def update_policy(project_id):
                    "admin.project", project_id=project_id)
 
 
-@bp.post("/projects/<project_id>/status")
+@bp.post("/projects/<segment:project_id>/delete")
+def delete_project(project_id):
+    if request.form.get("confirm") != "yes":
+        return refuse("Tick the box to confirm: deleting a project deletes all its jobs.",
+                      "admin.project", project_id=project_id)
+
+    try:
+        service.delete(project_id)
+    except NotFound:
+        abort(404)
+    except FleetError as exc:  # jobs in flight: drain it first
+        db.session.rollback()
+        return refuse(explain(exc), "admin.project", project_id=project_id)
+    return done(f"Project {project_id} and its jobs deleted.", "admin.projects")
+
+
+@bp.post("/projects/<segment:project_id>/status")
 def update_status(project_id):
     status = request.form.get("status", "")
     return attempt(lambda: service.put(project_id, {"status": status}, partial=True)[0],

@@ -41,7 +41,7 @@ def create_user():
     return attempt(create, lambda u: f"User {u.id} created ({u.status}).", "admin.users")
 
 
-@bp.post("/users/<user_id>")
+@bp.post("/users/<segment:user_id>")
 def update_user(user_id):
     roles = request.form.getlist("roles")
     status = request.form.get("status", "")
@@ -55,7 +55,7 @@ def update_user(user_id):
                                    f"{', '.join(u.roles) or 'none'}.", "admin.users")
 
 
-@bp.post("/users/<user_id>/activate")
+@bp.post("/users/<segment:user_id>/activate")
 def activate_user(user_id):
     def activate():
         user = accounts.get_user(user_id)
@@ -69,7 +69,7 @@ def activate_user(user_id):
                    "admin.users")
 
 
-@bp.post("/users/<user_id>/token")
+@bp.post("/users/<segment:user_id>/token")
 def rotate_token(user_id):
     try:
         token = accounts.rotate_token(user_id)
@@ -79,7 +79,7 @@ def rotate_token(user_id):
                       viewable=accounts.view_token(user_id) is not None)
 
 
-@bp.post("/users/<user_id>/token/view")
+@bp.post("/users/<segment:user_id>/token/view")
 def view_token(user_id):
     """The current token again, behind a POST (CSRF-checked, never cached) so
     that the users page itself never carries a token."""
@@ -92,7 +92,7 @@ def view_token(user_id):
                       viewable=True)
 
 
-@bp.post("/users/<user_id>/token/revoke")
+@bp.post("/users/<segment:user_id>/token/revoke")
 def revoke_token(user_id):
     if request.form.get("confirm") != "yes":
         return refuse("Tick the confirmation box to revoke the token.", "admin.users")
@@ -100,7 +100,18 @@ def revoke_token(user_id):
                    f"Machine token of {user_id} revoked.", "admin.users")
 
 
-@bp.post("/users/<user_id>/sessions/end")
+@bp.post("/users/<segment:user_id>/delete")
+def delete_user(user_id):
+    """As the API's DELETE: the user goes, and their machine token and
+    browser sessions with them."""
+    if request.form.get("confirm") != "yes":
+        return refuse(f"Tick the confirmation box to delete {user_id}.", "admin.users")
+    if user_id == actor():
+        return refuse("You cannot delete yourself; ask another admin.", "admin.users")
+    return attempt(lambda: accounts.delete_user(user_id), f"User {user_id} deleted.", "admin.users")
+
+
+@bp.post("/users/<segment:user_id>/sessions/end")
 def end_sessions(user_id):
     return attempt(lambda: sessions.end_user_sessions(user_id),
                    lambda n: f"{n} browser session{'s' if n != 1 else ''} of {user_id} ended.",

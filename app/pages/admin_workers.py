@@ -84,7 +84,7 @@ def node(node_id):
     return _worker_page("node", node_id, None)
 
 
-@bp.get("/workers/token/<user_id>/<worker_id>")
+@bp.get("/workers/token/<segment:user_id>/<segment:worker_id>")
 def token_worker(user_id, worker_id):
     return _worker_page("token", worker_id, user_id)
 
@@ -109,7 +109,7 @@ def decide_node(node_id, action):
                    lambda n: f"Node {n.name} ({n.id}) is now {n.status}.", "admin.workers")
 
 
-@bp.post("/workers/token/<user_id>/<worker_id>/<action>")
+@bp.post("/workers/token/<segment:user_id>/<segment:worker_id>/<action>")
 def decide_token_worker(user_id, worker_id, action):
     if request.form.get("confirm") != "yes":
         return _unconfirmed(action, "admin.token_worker", user_id=user_id, worker_id=worker_id)
@@ -133,7 +133,7 @@ def set_node_tier(node_id):
                    "admin.workers")
 
 
-@bp.post("/workers/token/<user_id>/<worker_id>/tier")
+@bp.post("/workers/token/<segment:user_id>/<segment:worker_id>/tier")
 def set_token_worker_tier(user_id, worker_id):
     return attempt(lambda: lanes.set_tier(worker_id, request.form.get("tier", ""), user_id),
                    _tier_message, "admin.workers")
@@ -173,7 +173,7 @@ def release_held_node(node_id):
     return _release_held(node_id, None, "admin.node", node_id=node_id)
 
 
-@bp.post("/workers/token/<user_id>/<worker_id>/held/release")
+@bp.post("/workers/token/<segment:user_id>/<segment:worker_id>/held/release")
 def release_held_token_worker(user_id, worker_id):
     return _release_held(worker_id, user_id, "admin.token_worker", user_id=user_id, worker_id=worker_id)
 

@@ -7,6 +7,7 @@ know: ``PUBLIC_URL`` wins whenever it is set.
 from __future__ import annotations
 
 from flask import current_app, request, url_for
+from werkzeug.routing import BaseConverter
 
 
 def master_url() -> str:
@@ -40,3 +41,19 @@ def nav_links(user) -> list[dict]:
     links.append({"url": url_for("worker_pages.index"), "label": "My worker",
                   "current": parts[0] == "worker"})
     return links
+
+
+class SegmentConverter(BaseConverter):
+    """A page URL's id segment that a browser keeps as it is.
+
+    Identifiers ([A-Za-z0-9._:-]) may be "." or "..", and a browser resolves
+    those segments (even percent-encoded, as the URL standard says) before
+    it asks: /admin/projects/.. would open /admin/. Such an id is written
+    with a "~", which no identifier contains, and read back without it."""
+
+    def to_url(self, value) -> str:
+        value = str(value)
+        return super().to_url(value + "~" if value in (".", "..") else value)
+
+    def to_python(self, value: str) -> str:
+        return value[:-1] if value in (".~", "..~") else value
