@@ -10,7 +10,12 @@ is requested ``--requests`` times after one warm-up request per page (the
 first view of a process reads the last day of attempts; later views read only
 the minutes since — the cold time is printed too).
 
-Last line: ``dashboard_latency jobs=N admin_p95_ms=A project_p95_ms=B``
+Job search (``/admin/projects/<p>/jobs/search``) is measured over a round of
+searches a day's work asks for: a job id, an external id, a value prefix, an
+attribute (1 job in 1,000 has it), an error text (on ~8 % of the jobs) and
+a state with an error code.
+
+Last line: ``dashboard_latency jobs=N admin_p95_ms=A project_p95_ms=B search_p95_ms=C``
 """
 from __future__ import annotations
 
@@ -44,7 +49,7 @@ _STATE = """CASE WHEN g % 1000 < 380 THEN 'todo'
 
 _JOBS = f"""
 INSERT INTO jobs (project_id, ext_id, value_sha256, value, type, random_key, state, created_at,
-                  updated_at, not_before, worker_id, resets, attempts_count, last_error)
+                  updated_at, not_before, worker_id, resets, attempts_count, last_error, attr)
 SELECT :p,
        CASE WHEN :mode = 'external_id' THEN 'j' || g END,
        CASE WHEN :mode = 'unique_value' THEN sha256(convert_to(v, 'UTF8')) END,
@@ -53,7 +58,9 @@ SELECT :p,
        CASE WHEN st = 'reset_exhausted' THEN 3 ELSE 0 END,
        CASE WHEN st = 'todo' THEN 0 WHEN st IN ('failed', 'reset_exhausted') THEN 2 ELSE 1 END,
        CASE WHEN st IN ('failed', 'reset_exhausted')
-            THEN '{{"code": "http_404", "message": "not found"}}'::jsonb END
+            THEN jsonb_build_object('code', 'http_404', 'message',
+                                    'not found at mirror ' || (g % 97) || ' after ' || (g % 5) || ' redirects') END,
+       jsonb_build_object('batch', g % 1000, 'source', 'crawl-' || (g % 7))
 FROM (SELECT g, {_STATE} AS st,
              CASE WHEN :kind = 'pdf' THEN '10.1234/' || :p || '.' || g
                   ELSE 'https://example.org/' || :p || '/' || g END AS v,
@@ -234,8 +241,29 @@ def main():
             results[label] = p95(samples)
             print(f"{path}: cold {cold:.0f} ms, median {statistics.median(samples):.1f} ms, "
                   f"p95 {p95(samples):.1f} ms over {len(samples)} requests", flush=True)
+        searched = []
+        for query in searches(url, total):
+            path = f"/admin/projects/{PROJECTS[0][0]}/jobs/search?{query}"
+            cold, samples = measure(session, base + path, max(5, args.requests // 5), "job-search-results")
+            searched += samples
+            print(f"search {query}: cold {cold:.0f} ms, median {statistics.median(samples):.1f} ms, "
+                  f"p95 {p95(samples):.1f} ms", flush=True)
+        results["search"] = p95(searched)
     print(f"dashboard_latency jobs={total} admin_p95_ms={results['admin']:.0f} "
-          f"project_p95_ms={results['project']:.0f}")
+          f"project_p95_ms={results['project']:.0f} search_p95_ms={results['search']:.0f}")
+
+
+def searches(url: str, total: int) -> list[str]:
+    """The round of searches, on the first project, with ids that exist."""
+    per_project = total // len(PROJECTS)
+    middle = per_project // 2
+    with psycopg.connect(url) as conn:
+        job_id = conn.execute("SELECT min(id) + %s FROM jobs WHERE project_id = %s",
+                              (middle, PROJECTS[0][0])).fetchone()[0]
+    project = PROJECTS[0][0]
+    return [f"q={job_id}", f"q=j{middle}", f"q=https://example.org/{project}/{middle // 10}",
+            "q=attr:batch=7", "q=error:mirror+42+after", "state=failed&error_code=http_404",
+            "q=error:not+found"]
 
 
 if __name__ == "__main__":

@@ -73,6 +73,13 @@ def deliver_hook(delivery_id: int):
 
 
 @dramatiq.actor(queue_name="maintenance", max_retries=0, time_limit=120_000)
+def bulk_jobs(action_id: int):
+    """One slice of an admin's bulk requeue or delete; queues the next itself."""
+    from app.projects import bulk
+    bulk.run(int(action_id))
+
+
+@dramatiq.actor(queue_name="maintenance", max_retries=0, time_limit=120_000)
 def reconcile():
     """Re-send every outbox row that is due (Redis messages are only hints;
     this includes 202 deliveries past their completion timeout), then

@@ -13,6 +13,7 @@ from tasks import actors
 HANDLERS = {
     "archive_commit": actors.archive_commit,
     "hook_delivery": actors.deliver_hook,
+    "bulk_jobs": actors.bulk_jobs,
 }
 
 

@@ -27,7 +27,7 @@ TABLES = ("attempts", "jobs", "project_dispatch", "projects", "machine_tokens", 
           "retention_stats",
           "uploads", "spool_usage", "assets", "outbox", "hook_consumers", "hook_deliveries", "page_sessions", "rate_limits", "worker_users",
           "worker_claim_buckets", "master_settings", "derived_jobs", "upload_texts",
-          "paper_texts", "paper_pages", "audit_log")
+          "paper_texts", "paper_pages", "audit_log", "bulk_actions")
 
 
 @pytest.fixture(scope="session")

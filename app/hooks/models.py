@@ -13,7 +13,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
 
-OUTBOX_TOPICS = ("archive_commit", "hook_delivery")
+OUTBOX_TOPICS = ("archive_commit", "hook_delivery", "bulk_jobs")
 # pending: due to be POSTed; awaiting_callback: the consumer answered 202 and
 # has not confirmed yet; delivered: done; failed: out of tries; skipped: its
 # consumer was disabled on purpose (not a failure; re-enabling sends it again).
@@ -27,7 +27,7 @@ COMPLETION_TIMEOUT_BOUNDS_S = (10, 7 * 24 * 3600)
 class OutboxItem(db.Model):
     __tablename__ = "outbox"
     __table_args__ = (
-        CheckConstraint("topic IN ('archive_commit', 'hook_delivery')", name="topic"),
+        CheckConstraint("topic IN ('archive_commit', 'hook_delivery', 'bulk_jobs')", name="topic"),
         Index("ix_outbox_due", "due_at", postgresql_where=text("done_at IS NULL")),
         Index("uq_outbox_topic_ref", "topic", "ref", unique=True,
               postgresql_where=text("done_at IS NULL")),

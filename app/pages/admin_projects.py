@@ -10,7 +10,7 @@ from app.errors import FleetError, InvalidRequest, NotFound
 from app.extensions import db
 from app.pages import aggregates, charts
 from app.pages.admin import attempt, bp, done, explain, refuse
-from app.projects import jobs_admin, policy, service
+from app.projects import bulk, jobs_admin, policy, service
 from app.projects.models import JOB_STATES
 
 PAGE_SIZE = 50
@@ -154,7 +154,8 @@ def project(project_id):
     return render_template("admin/project.html", project=summary, page=page, status=status,
                            after=after, states=JOB_STATES, charts=chart, requeueable=requeueable,
                            editable=EDITABLE, policy_statuses=("active", "draining", "archived"),
-                           policy_help=policy.HELP, reason_max=audit.REASON_MAX)
+                           policy_help=policy.HELP, reason_max=audit.REASON_MAX,
+                           bulk_actions=bulk.recent(project_id, 5))
 
 
 @bp.post("/projects/<segment:project_id>/policy")

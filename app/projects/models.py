@@ -99,6 +99,8 @@ class Job(db.Model):
               postgresql_where=text("ext_id IS NOT NULL")),
         Index("uq_jobs_value_sha256", "project_id", "value_sha256", unique=True,
               postgresql_where=text("value_sha256 IS NOT NULL")),
+        Index("ix_jobs_attr", "attr", postgresql_using="gin", postgresql_ops={"attr": "jsonb_path_ops"},
+              postgresql_where=text("attr IS NOT NULL")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -124,6 +126,16 @@ class Job(db.Model):
     resets: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     attempts_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     last_error = mapped_column(JSONB)
+
+
+# Job search (migration 0016, app/projects/job_search.py): a value prefix
+# (the first 256 characters: a btree entry must stay small whatever the
+# value's length), an attribute key/value (above), error text.
+Index("ix_jobs_value_prefix", Job.project_id, func.left(Job.value, 256).label("value_prefix"), Job.id,
+      postgresql_ops={"value_prefix": "text_pattern_ops"})
+Index("ix_jobs_error_text", Job.last_error.op("->>")("message").label("error_message"),
+      postgresql_using="gin", postgresql_ops={"error_message": "gin_trgm_ops"},
+      postgresql_where=text("last_error IS NOT NULL"))
 
 
 class Attempt(db.Model):
@@ -204,3 +216,38 @@ class WorkerClaimBucket(db.Model):
     claim_requests: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
     jobs_dispatched: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
     policy_version = mapped_column(BigInteger)
+
+
+BULK_ACTIONS = ("requeue", "delete")
+BULK_STATES = ("running", "done", "cancelled")
+
+
+class BulkAction(db.Model):
+    """An admin's requeue or delete of every job matching a filter, done in
+    bounded batches in the background (migration 0016, app/projects/bulk.py)."""
+
+    __tablename__ = "bulk_actions"
+    __table_args__ = (
+        CheckConstraint(_in("action", BULK_ACTIONS), name="action"),
+        CheckConstraint(_in("state", BULK_STATES), name="state"),
+        Index("ix_bulk_actions_project", "project_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    project_id: Mapped[str] = mapped_column(
+        String(128), ForeignKey("projects.id", ondelete="CASCADE"), nullable=False)
+    action: Mapped[str] = mapped_column(Text, nullable=False)
+    filter = mapped_column(JSONB, nullable=False)
+    state: Mapped[str] = mapped_column(Text, nullable=False, server_default="running")
+    matched: Mapped[int] = mapped_column(BigInteger, nullable=False)       # the count shown at confirmation
+    # Batches walk job ids upwards; everything at or below this id is done.
+    scanned_through: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    processed: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    changed: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    skipped: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    last_error = mapped_column(Text)
+    created_by: Mapped[str] = mapped_column(Text, nullable=False)
+    reason = mapped_column(Text)
+    created_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+    updated_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+    finished_at = mapped_column(DateTime(timezone=True))

@@ -1,0 +1,119 @@
+"""Find any job of a project and act on a whole filter.
+
+``/admin/projects/<p>/jobs/search``: the filter (state, type, error code,
+worker, value prefix, time range) and a search term (id, external id, value
+prefix, ``attr:key=value``, ``error:text``; app/projects/job_search.py),
+newest first, a page at a time. From there an admin can requeue or delete
+every matching job: a confirmation shows the count first, then the action
+runs in bounded batches in the background (app/projects/bulk.py) with a
+progress page, and the audit log records it.
+"""
+from __future__ import annotations
+
+from flask import abort, render_template, request, url_for
+
+from app import audit
+from app.errors import FleetError, InvalidRequest, NotFound
+from app.extensions import db
+from app.pages.admin import actor, bp, done, explain, go, refuse
+from app.projects import bulk, job_search, service
+from app.projects.models import BULK_ACTIONS, JOB_STATES
+from workers.protocol import JOB_TYPES
+
+
+def _project_or_404(project_id: str):
+    try:
+        return service.get(project_id)
+    except NotFound:
+        abort(404)
+
+
+def _filter_args(found: job_search.JobFilter) -> dict:
+    return {k: str(v) for k, v in found.as_dict().items()}
+
+
+@bp.get("/projects/<segment:project_id>/jobs/search")
+def job_search_page(project_id):
+    _project_or_404(project_id)
+    error, result, found = None, None, job_search.JobFilter()
+    try:
+        found = job_search.JobFilter.from_args(request.args)
+        raw_before = request.args.get("before_id", "")
+        before = int(raw_before) if raw_before.isascii() and raw_before.isdigit() and len(raw_before) <= 18 else None
+        result = job_search.search(project_id, found, before_id=before)
+    except InvalidRequest as exc:
+        error = exc.message
+    older = result and result["next_before_id"] and url_for(
+        "admin.job_search_page", project_id=project_id, before_id=result["next_before_id"],
+        **_filter_args(found))
+    page = render_template("admin/job_search.html", project_id=project_id, found=found,
+                           args=request.args, result=result, error=error, older=older,
+                           states=JOB_STATES, types=JOB_TYPES, actions=BULK_ACTIONS,
+                           filter_args=_filter_args(found), max_chars=job_search.Q_MAX_CHARS)
+    return page, 400 if error else 200
+
+
+@bp.get("/projects/<segment:project_id>/jobs/bulk-confirm")
+def bulk_confirm(project_id):
+    _project_or_404(project_id)
+    action = request.args.get("action", "")
+    try:
+        found = job_search.JobFilter.from_args(request.args)
+        if action not in BULK_ACTIONS:
+            raise InvalidRequest("unknown bulk action")
+        if found.is_empty():
+            raise InvalidRequest("set a filter first: a bulk action never acts on every job at once")
+        preview = bulk.preview(project_id, found)
+    except FleetError as exc:
+        return refuse(explain(exc), "admin.job_search_page", project_id=project_id,
+                      **{k: v for k, v in request.args.items() if k in job_search.JobFilter.FIELDS})
+    return render_template("admin/bulk_confirm.html", project_id=project_id, action=action, found=found,
+                           filter_args=_filter_args(found), preview=preview, cap=job_search.COUNT_CAP,
+                           reason_max=audit.REASON_MAX)
+
+
+@bp.post("/projects/<segment:project_id>/jobs/bulk-start")
+def bulk_start(project_id):
+    action = request.form.get("action", "")
+    back = {k: v for k, v in request.form.items() if k in job_search.JobFilter.FIELDS}
+    if request.form.get("confirm") != "yes":
+        return refuse("Tick the confirmation box first.", "admin.bulk_confirm", project_id=project_id,
+                      action=action, **back)
+    reason = (request.form.get("reason") or "").strip()[:audit.REASON_MAX] or None
+    if action == "delete" and reason is None:
+        return refuse("Say why in the reason field: a bulk delete is kept in the audit log.",
+                      "admin.bulk_confirm", project_id=project_id, action=action, **back)
+    try:
+        found = job_search.JobFilter.from_args(request.form)
+        action_id = bulk.start(project_id, action, found, actor=actor(), reason=reason)
+    except FleetError as exc:
+        db.session.rollback()
+        return refuse(explain(exc), "admin.job_search_page", project_id=project_id, **back)
+    return go("admin.bulk_progress", project_id=project_id, action_id=action_id)
+
+
+def _action_or_404(project_id: str, action_id: int) -> dict:
+    try:
+        return bulk.get(project_id, action_id)
+    except NotFound:
+        abort(404)
+
+
+@bp.get("/projects/<segment:project_id>/bulk/<int:action_id>")
+def bulk_progress(project_id, action_id):
+    return render_template("admin/bulk_progress.html", project_id=project_id,
+                           bulk=_action_or_404(project_id, action_id))
+
+
+@bp.get("/projects/<segment:project_id>/bulk/<int:action_id>/live")
+def bulk_progress_live(project_id, action_id):
+    return render_template("admin/_bulk_live.html", project_id=project_id,
+                           bulk=_action_or_404(project_id, action_id))
+
+
+@bp.post("/projects/<segment:project_id>/bulk/<int:action_id>/cancel")
+def bulk_cancel(project_id, action_id):
+    _action_or_404(project_id, action_id)
+    state = bulk.cancel(project_id, action_id)["state"]
+    return done(f"Bulk action {action_id} is {state}.", "admin.bulk_progress", project_id=project_id,
+                action_id=action_id)

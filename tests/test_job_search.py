@@ -1,0 +1,150 @@
+"""Find any job and act on a whole filter (issue "Pages an operator lives in"
+§4): search by id, external id, value prefix, attribute and error text,
+filters, paging; bulk requeue and delete of every matching job with a count
+first, a confirmation, background batches with progress, and the audit log."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.helpers import Api, body, sql
+from tests.test_admin_pages import Pages, sign_in
+
+
+@pytest.fixture
+def pages(app, client):
+    sign_in(app, client)
+    return Pages(client, "page-admin")
+
+
+@pytest.fixture
+def api(client, admin_token):
+    return Api(client, admin_token)
+
+
+def _found(page: str) -> list[int]:
+    section = page.split('id="job-search-results"', 1)[-1]
+    return [int(n) for n in re.findall(r'<td class="num"><a href="/admin/jobs/(\d+)">', section)]
+
+
+def _jobs(api, project="lib", n=6):
+    api.put_project(project, max_resets=0)
+    specs = [{"id": f"doc-{i}", "value": f"https://example.org/{'ab_c' if i % 2 else 'xyz'}/{i}",
+              "type": "asset" if i == 5 else "seed", "attr": {"pages": i, "lang": "pl" if i < 3 else "en"}}
+             for i in range(n)]
+    assert api.enqueue(project, specs).status_code == 200
+    ids = {spec["id"]: int(job_id) for spec, (job_id,) in zip(
+        specs, sql(api.client.application, "SELECT id FROM jobs WHERE project_id = :p ORDER BY id", p=project))}
+    return ids
+
+
+def test_search_finds_by_id_external_id_value_prefix_attribute_and_error(pages, api, app):
+    ids = _jobs(api)
+    claimed = body(api.claim("lib", max_jobs=2))["jobs"]
+    api.fail("lib", claimed[:1], retryable=False, code="http_451")
+    failed = int(claimed[0]["job_id"])
+    base = "/admin/projects/lib/jobs/search"
+    assert _found(pages.text(f"{base}?q={ids['doc-3']}")) == [ids["doc-3"]]          # job id
+    assert _found(pages.text(f"{base}?q=doc-4")) == [ids["doc-4"]]                     # external id
+    assert _found(pages.text(f"{base}?q=https://example.org/xyz/")) == [
+        ids["doc-4"], ids["doc-2"], ids["doc-0"]]                                      # value prefix, newest first
+    # LIKE's wildcards are literal: "ab_c" must not match "abXc".
+    assert len(_found(pages.text(f"{base}?value_prefix=https://example.org/ab_c/"))) == 3
+    assert _found(pages.text(f"{base}?value_prefix=https://example.org/abXc/")) == []
+    assert _found(pages.text(f"{base}?q=attr:pages=3")) == [ids["doc-3"]]              # a number
+    assert _found(pages.text(f'{base}?q=attr:pages="3"')) == []                        # not the string
+    assert sorted(_found(pages.text(f"{base}?q=attr:lang=pl"))) == sorted(
+        ids[f"doc-{i}"] for i in range(3))
+    assert _found(pages.text(f"{base}?q=error:boo")) == [failed]                       # message "boom"
+    assert _found(pages.text(f"{base}?error_code=http_451")) == [failed]
+    assert _found(pages.text(f"{base}?type=asset")) == [ids["doc-5"]]
+    assert _found(pages.text(f"{base}?state=wip")) == [int(claimed[1]["job_id"])]
+    assert _found(pages.text(f"{base}?worker_id=w1&state=wip")) == [int(claimed[1]["job_id"])]
+    assert len(_found(pages.text(f"{base}?created_after=2000-01-01"))) == 6
+    assert _found(pages.text(f"{base}?created_before=2000-01-01")) == []
+    for bad, said in (("q=attr:pages", "attr:key=value"), ("q=error:ab", "at least 3"),
+                      ("state=lost", "unknown job state"), ("created_after=yesterday", "created_after")):
+        response = pages.get(f"{base}?{bad}")
+        assert response.status_code == 400 and said in response.get_data(as_text=True), bad
+    assert pages.get("/admin/projects/none/jobs/search").status_code == 404
+
+
+def test_search_pages_newest_first(pages, api):
+    api.put_project("many")
+    api.enqueue("many", [{"id": f"m{i}", "value": f"v{i}"} for i in range(120)])
+    first = pages.text("/admin/projects/many/jobs/search?value_prefix=v")
+    assert len(_found(first)) == 50
+    older = re.search(r'href="([^"]+)" id="older-jobs"', first).group(1).replace("&amp;", "&")
+    second = pages.text(older)
+    assert len(_found(second)) == 50 and max(_found(second)) < min(_found(first))
+    assert "value_prefix=v" in older
+
+
+def test_bulk_requeue_of_a_filter_counts_first_then_runs_in_batches(pages, api, app, hints):
+    api.put_project("big", max_resets=0)
+    api.enqueue("big", [{"id": f"b{i}", "value": f"https://example.org/{i}"} for i in range(30)])
+    jobs = body(api.claim("big", max_jobs=30))["jobs"]
+    api.fail("big", jobs[:25], retryable=False, code="http_503")
+    api.complete("big", jobs[25:])
+    search = pages.text("/admin/projects/big/jobs/search?error_code=http_503")
+    confirm_url = re.search(r'id="bulk-requeue" href="([^"]+)"', search).group(1).replace("&amp;", "&")
+    confirm = pages.text(confirm_url)
+    assert re.search(r'id="bulk-count"><strong>25</strong> jobs match', confirm)
+    form = {"action": "requeue", "error_code": "http_503"}
+    message, _ = pages.act("/admin/projects/big/jobs/bulk-start", form, expect="error")
+    assert "confirmation box" in message and sql(app, "SELECT count(*) FROM bulk_actions")[0][0] == 0
+    started = pages.post("/admin/projects/big/jobs/bulk-start", {**form, "confirm": "yes",
+                                                                 "reason": "publisher back up"})
+    assert started.status_code == 303 and "/admin/projects/big/bulk/" in started.headers["Location"]
+    (action_id, matched, state) = sql(app, "SELECT id, matched, state FROM bulk_actions")[0]
+    assert (matched, state) == (25, "running")
+    assert ("bulk_jobs", action_id) in hints
+    (audited,) = sql(app, "SELECT details, reason FROM audit_log WHERE action = 'jobs.bulk_requeue'")
+    assert audited[0]["matched"] == 25 and audited[1] == "publisher back up"
+
+    from app.extensions import db
+    from app.projects import bulk
+    with app.app_context():
+        # One batch per slice: the first hands over to a fresh message.
+        assert bulk.run(action_id, slice_s=0, batch=10) == "more"
+        db.session.remove()
+    progress = pages.text(f"/admin/projects/big/bulk/{action_id}/live")
+    assert "10 of 25 matching jobs looked at" in progress and "10 requeued" in progress
+    with app.app_context():
+        assert bulk.run(action_id, batch=10) == "done"
+        assert bulk.run(action_id, batch=10) == "gone"  # a duplicate message does nothing
+        db.session.remove()
+    assert sql(app, "SELECT state, count(*) FROM jobs GROUP BY 1 ORDER BY 1") == [("done", 5), ("todo", 25)]
+    assert sql(app, "SELECT processed, changed, skipped, state FROM bulk_actions")[0] == (25, 25, 0, "done")
+    assert sql(app, "SELECT done_at IS NOT NULL FROM outbox WHERE topic = 'bulk_jobs'")[0][0] is True
+    page = pages.text(f"/admin/projects/big/bulk/{action_id}")
+    assert "badge-done" in page and "publisher back up" in page
+    assert sql(app, "SELECT details FROM audit_log WHERE action = 'jobs.bulk_requeue_done'")[0][0][
+        "changed"] == 25
+
+
+def test_bulk_delete_needs_a_reason_skips_jobs_in_flight_and_can_be_stopped(pages, api, app):
+    api.put_project("del")
+    api.enqueue("del", [{"id": f"d{i}", "value": f"https://example.org/del/{i}"} for i in range(12)])
+    body(api.claim("del", max_jobs=2))
+    form = {"action": "delete", "value_prefix": "https://example.org/del/", "confirm": "yes"}
+    message, _ = pages.act("/admin/projects/del/jobs/bulk-start", form, expect="error")
+    assert "reason" in message
+    pages.post("/admin/projects/del/jobs/bulk-start", {**form, "reason": "wrong list"})
+    (action_id,) = sql(app, "SELECT id FROM bulk_actions")[0]
+    from app.extensions import db
+    from app.projects import bulk
+    with app.app_context():
+        assert bulk.run(action_id, slice_s=0, batch=5) == "more"
+        db.session.remove()
+    pages.act(f"/admin/projects/del/bulk/{action_id}/cancel", {})
+    with app.app_context():
+        assert bulk.run(action_id, batch=5) == "gone"  # stopped: nothing more happens
+        db.session.remove()
+    assert sql(app, "SELECT state, processed, changed, skipped FROM bulk_actions")[0] == ("cancelled", 5, 3, 2)
+    assert sql(app, "SELECT count(*) FROM jobs")[0][0] == 9
+    # A filterless bulk action is refused: it would touch every job.
+    message, _ = pages.act("/admin/projects/del/jobs/bulk-start",
+                           {"action": "delete", "confirm": "yes", "reason": "all"}, expect="error")
+    assert "needs a filter" in message
