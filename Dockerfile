@@ -38,6 +38,8 @@ COPY tasks ./tasks
 COPY workers ./workers
 COPY migrations ./migrations
 COPY templates ./templates
+# The page catalogs are compiled here (the .mo files are build output).
+RUN pybabel compile -d app/translations
 
 # Never run as root. /data holds the spool and the local object store: web
 # and tasks must share it (uploads are staged by web, archived by tasks).

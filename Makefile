@@ -3,7 +3,7 @@ PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || command -
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install system-packages dev test bench clean
+.PHONY: install system-packages translations translations-update dev test bench clean
 
 install: $(VENV)/.installed
 
@@ -31,12 +31,26 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[worker,embedded,test]'
 	touch $@
 
+# The page catalogs (app/translations/<lang>/LC_MESSAGES/messages.po) are
+# compiled to .mo files, which are build output and not kept in git.
+CATALOGS := $(wildcard app/translations/*/LC_MESSAGES/messages.po)
+translations: install $(CATALOGS:.po=.mo)
+
+app/translations/%/LC_MESSAGES/messages.mo: app/translations/%/LC_MESSAGES/messages.po
+	$(BIN)/pybabel compile -d app/translations -l $* >/dev/null
+
+# After changing page strings: extract them and merge them into each catalog,
+# then translate what is new (tests/test_i18n.py fails until every string is).
+translations-update: install
+	$(BIN)/pybabel extract -F babel.cfg -k lazy_gettext -o app/translations/messages.pot . >/dev/null
+	$(BIN)/pybabel update -i app/translations/messages.pot -d app/translations --no-fuzzy-matching
+
 # Starts PostgreSQL and Redis (embedded unless DATABASE_URL / REDIS_URL are set),
 # migrates, and runs web + tasks + clock with a demo project.
-dev: install system-packages
+dev: install system-packages translations
 	$(BIN)/python -m app.devstack
 
-test: install system-packages
+test: install system-packages translations
 	$(BIN)/python -m pytest -q
 
 bench: install

@@ -43,6 +43,8 @@ def create_app(config: dict | None = None, *, check_schema: bool = True,
     init_api(app)
     from app.pages import init_app as init_pages
     init_pages(app)
+    from app import i18n
+    i18n.init_app(app)
     from app.ops import health, metrics
     health.init_app(app)
     metrics.init_app(app)

@@ -148,3 +148,33 @@ def test_bulk_delete_needs_a_reason_skips_jobs_in_flight_and_can_be_stopped(page
     message, _ = pages.act("/admin/projects/del/jobs/bulk-start",
                            {"action": "delete", "confirm": "yes", "reason": "all"}, expect="error")
     assert "needs a filter" in message
+
+
+@pytest.mark.parametrize("window", [2, 5, 2000])
+def test_error_search_is_newest_first_whichever_way_it_is_answered(pages, api, app, monkeypatch, window):
+    """A common error text is answered from the newest jobs of each state, a
+    rare one from the trigram index: both give the newest matches in order."""
+    from app.projects import job_search
+    monkeypatch.setattr(job_search, "ERROR_PROBE_ROWS", window)
+    api.put_project("errs", max_resets=1)
+    api.enqueue("errs", [{"id": f"e{i}", "value": f"v{i}"} for i in range(14)])
+    jobs = body(api.claim("errs", max_jobs=14))["jobs"]
+    for n, job in enumerate(jobs):   # failed for good, or retryable (todo with an error)
+        api.fail("errs", [job], retryable=n % 3 == 0, code="http_500" if n % 2 else "timeout")
+    expected = [r[0] for r in sql(app, "SELECT id FROM jobs WHERE project_id = 'errs' AND "
+                                       "last_error ->> 'message' ILIKE '%boom%' ORDER BY id DESC")]
+    assert len(expected) == 14
+    with app.app_context():
+        from app.extensions import db
+        seen, before = [], None
+        while True:
+            page = job_search.search("errs", job_search.JobFilter(q="error:boom"), before_id=before,
+                                     limit=3)
+            seen += [int(j["job_id"]) for j in page["jobs"]]
+            before = page["next_before_id"]
+            if before is None:
+                break
+        only_failed = job_search.search("errs", job_search.JobFilter(q="error:boom", state="failed"), limit=3)
+        db.session.remove()
+    assert seen == expected
+    assert all(j["state"] == "failed" for j in only_failed["jobs"]) and len(only_failed["jobs"]) == 3

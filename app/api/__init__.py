@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import math
 
-from flask import Blueprint, g, jsonify, request
+from flask import Blueprint, current_app, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from app.errors import FleetError
@@ -42,7 +42,9 @@ def init_app(app) -> None:
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException):
         if not _is_api():
-            return exc
+            # A page: the pages' renderer if installed (app/pages/security.py).
+            page = current_app.extensions.get("fleethq.page_errors")
+            return page(exc) if page is not None and exc.code and exc.code >= 400 else exc
         code = _HTTP_CODES.get(exc.code, "invalid_request")
         err = FleetError(exc.description or exc.name, code=code)
         err.status = exc.code

@@ -19,6 +19,9 @@ import time
 from flask import (Blueprint, abort, flash, make_response, redirect, render_template, request,
                    url_for)
 
+from flask_babel import gettext
+
+from app import i18n
 from app.errors import FleetError, InvalidRequest
 from app.extensions import db
 from app.pages.auth import admin_required, current_user
@@ -102,44 +105,30 @@ def decimal_id(raw, field: str = "job_id") -> int:
     return int(raw)
 
 
+# Numbers, dates and spans in the page's language (app/i18n.py).
 @bp.app_template_filter("admin_ago")
 def _ago(epoch) -> str:
-    """Seconds since a UNIX time, rounded for people: '42 s', '5 min', '3 h', '2 d'."""
+    """How long ago a UNIX time was, rounded for people ("5 minutes ago")."""
     if epoch is None:
-        return "never"
-    return _age(time.time() - float(epoch)) + " ago"
+        return gettext("never")
+    return i18n.ago(epoch)
 
 
 @bp.app_template_filter("admin_age")
 def _age(seconds) -> str:
-    if seconds is None:
-        return "—"
-    seconds = max(0, float(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f} {unit}"
-    return f"{seconds:.0f} s"
+    return i18n.span(seconds)
 
 
 @bp.app_template_filter("admin_bytes")
 def _bytes(size) -> str:
-    if size is None:
-        return "—"
-    size = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
+    return i18n.byte_size(size)
 
 
 @bp.app_template_filter("admin_time")
 def _time(epoch) -> str:
     """UNIX seconds with UTC beside them, as SavewebHQ's pages show times:
     the number is what its API and scripts speak, the date what people read."""
-    if epoch is None:
-        return "—"
-    return f"{int(float(epoch))} ({time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(float(epoch)))})"
+    return i18n.utc_time(epoch)
 
 
 @bp.app_template_filter("admin_json")

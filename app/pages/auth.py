@@ -38,6 +38,7 @@ import time
 from urllib.parse import urlsplit
 
 from flask import Blueprint, abort, current_app, redirect, render_template, request, session, url_for
+from flask_babel import gettext as _
 from flask_login import LoginManager, current_user, login_user, logout_user
 from sqlalchemy import text
 
@@ -76,8 +77,8 @@ def admin_required(view):
         if not current_user.is_authenticated:
             return redirect(url_for("auth.login", next=request.full_path.rstrip("?")))
         if not current_user.is_admin:
-            return render_template("auth/error.html", code=403, title="Admins only",
-                                   message="This page needs the admin role."), 403
+            return render_template("auth/error.html", code=403, title=_("Admins only"),
+                                   message=_("This page needs the admin role.")), 403
         return view(*args, **kwargs)
     return wrapped
 
@@ -208,19 +209,19 @@ def github_callback():
     if (not isinstance(pending, dict)
             or not hmac.compare_digest(str(pending.get("state")).encode(), state.encode())
             or time.time() - pending.get("at", 0) > OAUTH_STATE_MAX_AGE_S):
-        return _failed(400, "Sign-in expired", "The sign-in could not be matched to this browser. "
-                                               "Please start again.")
+        return _failed(400, _("Sign-in expired"),
+                       _("The sign-in could not be matched to this browser. Please start again."))
     if request.args.get("error") or not request.args.get("code"):
-        return _failed(403, "Sign-in cancelled", "GitHub did not grant access.")
+        return _failed(403, _("Sign-in cancelled"), _("GitHub did not grant access."))
     try:
         access_token = client.exchange(request.args["code"], _callback_url(), pending["verifier"])
         identity = client.identity(access_token)
         is_admin = client.is_admin(access_token, identity.login)
     except github.SignInRefused:
-        return _failed(403, "Sign-in refused", "GitHub refused the sign-in. Please start again.")
+        return _failed(403, _("Sign-in refused"), _("GitHub refused the sign-in. Please start again."))
     except github.GitHubError as exc:
         log.warning("github sign-in failed: %s", exc)
-        return _failed(502, "GitHub unavailable", "GitHub could not be reached. Try again shortly.")
+        return _failed(502, _("GitHub unavailable"), _("GitHub could not be reached. Try again shortly."))
     del access_token  # used for these three calls only; never stored
     user_id, status = reconcile(identity, is_admin)
     log.info("github sign-in user=%s login=%s admin=%s status=%s", user_id, identity.login,
@@ -228,7 +229,7 @@ def github_callback():
     if status == "pending":
         return render_template("auth/pending.html", user_id=user_id, login=identity.login)
     if status != "active":
-        return _failed(403, "Account suspended", "Your account is suspended. Ask an admin.")
+        return _failed(403, _("Account suspended"), _("Your account is suspended. Ask an admin."))
     return _sign_in(user_id, pending.get("next"))
 
 

@@ -7,6 +7,7 @@ know: ``PUBLIC_URL`` wins whenever it is set.
 from __future__ import annotations
 
 from flask import current_app, request, url_for
+from flask_babel import lazy_gettext
 from werkzeug.routing import BaseConverter
 
 
@@ -19,13 +20,13 @@ def master_url() -> str:
 # The one navigation bar: (endpoint, label, first path segment under /admin
 # that belongs to it). A job page belongs to its project's section.
 ADMIN_SECTIONS = (
-    ("admin.dashboard", "Dashboard", ("",)),
-    ("admin.projects", "Projects", ("projects", "jobs")),
-    ("admin.workers", "Workers", ("workers",)),
-    ("admin.users", "Users", ("users",)),
-    ("admin.hooks", "Hooks", ("hooks",)),
-    ("admin.search", "Search", ("search",)),
-    ("admin.audit_log", "Audit", ("audit",)),
+    ("admin.dashboard", lazy_gettext("Dashboard"), ("",)),
+    ("admin.projects", lazy_gettext("Projects"), ("projects", "jobs")),
+    ("admin.workers", lazy_gettext("Workers"), ("workers",)),
+    ("admin.users", lazy_gettext("Users"), ("users",)),
+    ("admin.hooks", lazy_gettext("Hooks"), ("hooks",)),
+    ("admin.search", lazy_gettext("Search"), ("search",)),
+    ("admin.audit_log", lazy_gettext("Audit"), ("audit",)),
 )
 
 
@@ -36,9 +37,9 @@ def nav_links(user) -> list[dict]:
     links = [{"url": url_for(endpoint), "label": label, "current": section in segments}
              for endpoint, label, segments in (ADMIN_SECTIONS if user.is_admin else ())]
     if user.has("reader", "admin"):
-        links.append({"url": url_for("progress_pages.index"), "label": "Progress",
+        links.append({"url": url_for("progress_pages.index"), "label": lazy_gettext("Progress"),
                       "current": parts[0] == "progress"})
-    links.append({"url": url_for("worker_pages.index"), "label": "My worker",
+    links.append({"url": url_for("worker_pages.index"), "label": lazy_gettext("My worker"),
                   "current": parts[0] == "worker"})
     return links
 

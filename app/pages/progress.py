@@ -7,6 +7,7 @@ error and when it last changed."""
 from __future__ import annotations
 
 from flask import Blueprint, abort, render_template, request
+from flask_babel import gettext as _
 
 from app.fleet import listing
 from app.pages.auth import current_user, login_required_active
@@ -21,8 +22,8 @@ LIMITS = (100, 250, 500)
 @login_required_active
 def index():
     if not current_user.has("reader", "admin"):
-        return render_template("auth/error.html", code=403, title="Readers only",
-                               message="This page needs the reader role."), 403
+        return render_template("auth/error.html", code=403, title=_("Readers only"),
+                               message=_("This page needs the reader role.")), 403
     project_ids = [p["id"] for p in service.list_summaries()]
     project = request.args.get("project") or None
     state = request.args.get("state") or None

@@ -17,6 +17,8 @@ import random
 from datetime import timedelta
 
 from flask import current_app, render_template, request
+from flask_babel import gettext as _
+from flask_babel import lazy_gettext
 from flask_wtf.csrf import CSRFError, CSRFProtect
 from sqlalchemy import text
 
@@ -112,6 +114,23 @@ def _cookie_secure(cfg) -> bool:
     return https or not cfg.get("DEV_MODE")
 
 
+# HTTP errors a browser meets, as pages in the reader's language; the API
+# keeps its JSON envelope (app/api answers those itself).
+PAGE_ERRORS = "fleethq.page_errors"
+_HTTP_PAGES = {
+    400: (lazy_gettext("Bad request"), lazy_gettext("The request could not be understood.")),
+    403: (lazy_gettext("Not allowed"), lazy_gettext("You do not have access to this page.")),
+    404: (lazy_gettext("Not found"), lazy_gettext("There is no such page, or what it showed is gone.")),
+    405: (lazy_gettext("Method not allowed"), lazy_gettext("This page does not take that kind of request.")),
+    413: (lazy_gettext("Too large"), lazy_gettext("What was sent is larger than this page takes.")),
+}
+
+
+def _http_error_page(exc):
+    title, message = _HTTP_PAGES.get(exc.code, (exc.name, exc.description))
+    return render_template("auth/error.html", code=exc.code, title=title, message=message), exc.code
+
+
 def init_app(app) -> None:
     cfg = app.config
     cfg["SESSION_COOKIE_HTTPONLY"] = True
@@ -137,11 +156,13 @@ def init_app(app) -> None:
             response.headers.setdefault("Cache-Control", "no-store")
         return response
 
+    app.extensions[PAGE_ERRORS] = _http_error_page
+
     @app.errorhandler(CSRFError)
     def _csrf_error(exc):
-        return render_template("auth/error.html", code=400, title="Form expired or forged",
-                               message="The form was missing its security token or it expired. "
-                                       "Go back, reload the page and try again."), 400
+        return render_template("auth/error.html", code=400, title=_("Form expired or forged"),
+                               message=_("The form was missing its security token or it expired. "
+                                         "Go back, reload the page and try again.")), 400
 
     @app.errorhandler(TooManyAttempts)
     def _too_many(exc):
@@ -149,6 +170,6 @@ def init_app(app) -> None:
             from app.api import error_response
             return error_response(exc)
         seconds = max(1, math.ceil(exc.retry_after_ms / 1000))
-        body = render_template("auth/error.html", code=429, title="Too many attempts",
-                               message=f"Please wait {seconds} s and try again.")
+        body = render_template("auth/error.html", code=429, title=_("Too many attempts"),
+                               message=_("Please wait %(seconds)s s and try again.", seconds=seconds))
         return body, 429, {"Retry-After": str(seconds)}

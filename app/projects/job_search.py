@@ -167,13 +167,62 @@ ORDER BY j.id DESC LIMIT :n
 """
 
 
+# An error text common to many jobs ("timeout") matches more rows than the
+# trigram index can hand over quickly. So the newest ERROR_PROBE_ROWS jobs
+# of each state that holds errors are read first, through the (project,
+# state, id) index; the matches newer than every full window's oldest id are
+# exactly the newest matches. Only when they fill less than a page is the
+# trigram index asked.
+ERROR_PROBE_ROWS = 2000
+_WINDOW_LOW = """
+SELECT j.id FROM jobs j WHERE j.project_id = :project AND j.state = :state {only} {cursor}
+ORDER BY j.id DESC OFFSET :probe LIMIT 1
+"""
+# MATERIALIZED: the window is read through the (project, state, id) btree;
+# left to itself the planner would answer the ILIKE from the trigram index,
+# which is the slow path this probe exists to avoid.
+_IN_WINDOW = """
+WITH w AS MATERIALIZED (
+    SELECT j.id, j.ext_id, j.value, j.type, j.state, j.worker_id, j.worker_owner, j.last_error,
+           j.created_at, j.updated_at
+    FROM jobs j WHERE j.project_id = :project AND j.state = :state {only} AND j.id > :low {cursor}
+    ORDER BY j.id DESC LIMIT :probe
+)
+SELECT * FROM w j WHERE {where} ORDER BY j.id DESC LIMIT :n
+"""
+# Where jobs with a last error are: finished for good, or back in the queue
+# for a retry — a todo job with an error has been tried (the small
+# ix_jobs_todo_tried index holds those; the untried backlog is skipped).
+_ERROR_STATES = {"failed": "", "reset_exhausted": "", "todo": "AND j.attempts_count > 0"}
+
+
+def _newest_errors(found: JobFilter, where: str, cursor: str, values: dict) -> list | None:
+    states = {found.state: _ERROR_STATES.get(found.state, "")} if found.state else _ERROR_STATES
+    lows = {state: db.session.execute(text(_WINDOW_LOW.format(cursor=cursor, only=only)), {
+        **values, "state": state, "probe": ERROR_PROBE_ROWS - 1}).scalar() or 0
+        for state, only in states.items()}
+    cut = max(lows.values())  # below it some state's window ended: order unknown
+    rows = []
+    for state, only in states.items():
+        rows += db.session.execute(text(_IN_WINDOW.format(where=where, cursor=cursor, only=only)), {
+            **values, "state": state, "low": cut - 1 if cut else 0,
+            "probe": ERROR_PROBE_ROWS}).mappings().all()
+    rows.sort(key=lambda r: r["id"], reverse=True)
+    return rows if len(rows) > values["n"] - 1 else None
+
+
 def search(project_id: str, found: JobFilter, *, before_id: int | None = None,
            limit: int = PAGE_SIZE) -> dict:
     """One page of matching jobs, newest first: ``{"jobs", "next_before_id"}``."""
     where, params = found.where()
     cursor = "AND j.id < :before" if before_id is not None else ""
-    rows = db.session.execute(text(_LIST.format(where=where, cursor=cursor)), {
-        **params, "project": project_id, "before": before_id, "n": limit + 1}).mappings().all()
+    values = {**params, "project": project_id, "before": before_id, "n": limit + 1}
+    rows = None
+    if found.q and found.q.startswith("error:"):
+        rows = _newest_errors(found, where, cursor, values)
+    if rows is None:
+        rows = db.session.execute(text(_LIST.format(where=where, cursor=cursor)), values).mappings().all()
+    rows = rows[:limit + 1]
     more = len(rows) > limit
     jobs = [{"job_id": str(r["id"]), "id": r["ext_id"], "value": r["value"], "type": r["type"],
              "state": r["state"], "worker_id": r["worker_id"], "worker_owner": r["worker_owner"],

@@ -101,6 +101,8 @@ class Job(db.Model):
               postgresql_where=text("value_sha256 IS NOT NULL")),
         Index("ix_jobs_attr", "attr", postgresql_using="gin", postgresql_ops={"attr": "jsonb_path_ops"},
               postgresql_where=text("attr IS NOT NULL")),
+        Index("ix_jobs_todo_tried", "project_id", "id",
+              postgresql_where=text("state = 'todo' AND attempts_count > 0")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)

@@ -14,7 +14,10 @@ value prefix, attribute key/value or error text in a project of millions:
 - ``ix_jobs_error_text``: trigram GIN over the last error's message, only
   for jobs that have one (a failed minority), so ``ILIKE '%text%'`` is an
   index search. ``pg_trgm`` is a trusted extension: a database owner
-  without superuser rights may create it.
+  without superuser rights may create it;
+- ``ix_jobs_todo_tried``: (project, id) of queued jobs that were tried
+  before (the ones that can carry an error), newest first without reading
+  the untried backlog.
 
 The indexes are built CONCURRENTLY: upgrading a live master does not block
 claims while they build.
@@ -74,11 +77,13 @@ def upgrade():
         op.create_index('ix_jobs_error_text', 'jobs', [sa.text("(last_error ->> 'message') gin_trgm_ops")],
                         postgresql_using='gin', postgresql_concurrently=True,
                         postgresql_where=sa.text('last_error IS NOT NULL'))
+        op.create_index('ix_jobs_todo_tried', 'jobs', ['project_id', 'id'], postgresql_concurrently=True,
+                        postgresql_where=sa.text("state = 'todo' AND attempts_count > 0"))
 
 
 def downgrade():
     with op.get_context().autocommit_block():
-        for name in ('ix_jobs_error_text', 'ix_jobs_attr', 'ix_jobs_value_prefix'):
+        for name in ('ix_jobs_todo_tried', 'ix_jobs_error_text', 'ix_jobs_attr', 'ix_jobs_value_prefix'):
             op.drop_index(name, table_name='jobs', postgresql_concurrently=True)
     op.drop_table('bulk_actions')
     op.execute("DELETE FROM outbox WHERE topic = 'bulk_jobs'")

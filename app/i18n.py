@@ -1,0 +1,144 @@
+"""Pages in English and Simplified Chinese (Flask-Babel, gettext catalogs in
+``app/translations``, compiled by ``make dev`` / ``make test``).
+
+Which language a page speaks, first that applies:
+
+1. a language prefix in the URL: ``/zh/admin`` or ``/en/admin``. The
+   :class:`LanguagePrefix` WSGI middleware moves the prefix from the path
+   into ``SCRIPT_NAME``, so the app routes ``/admin`` as always and every URL
+   it builds (``url_for``, redirects) keeps the prefix: a page in Chinese
+   links to pages in Chinese;
+2. the ``lang`` cookie, set when a prefixed page is visited (the switcher in
+   the header links the same page under the other prefix), so an unprefixed
+   URL — a bookmark, GitHub's callback — keeps the reader's choice;
+3. ``Accept-Language`` on the first visit;
+4. English.
+
+Only pages translate: the machine API's answers (``/api/``, ``/metrics``,
+``/healthz``) stay English whatever the request says.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from flask import Flask, g, request
+from flask_babel import Babel, format_datetime, format_decimal, format_timedelta, get_locale
+
+LANGUAGES = ("en", "zh")
+LABELS = {"en": "English", "zh": "中文"}
+COOKIE = "lang"
+COOKIE_MAX_AGE_S = 365 * 86400
+ENVIRON_KEY = "fleethq.language"
+# Babel's locale for each URL language (Simplified Chinese).
+LOCALES = {"en": "en", "zh": "zh_Hans_CN"}
+MACHINE_PREFIXES = ("/api/", "/metrics", "/healthz", "/readyz")
+# 24-hour, year first: a fleet's times are compared across zones and logs.
+TIME_PATTERNS = {"en": "yyyy-MM-dd HH:mm:ss", "zh": "yyyy年M月d日 HH:mm:ss"}
+
+
+class LanguagePrefix:
+    """WSGI middleware: ``/<lang>/rest`` → ``SCRIPT_NAME += /<lang>``, path ``/rest``."""
+
+    def __init__(self, app):
+        self.app = app
+
+    def __call__(self, environ, start_response):
+        path = environ.get("PATH_INFO", "")
+        for lang in LANGUAGES:
+            prefix = f"/{lang}"
+            if path == prefix or path.startswith(prefix + "/"):
+                environ[ENVIRON_KEY] = lang
+                environ["SCRIPT_NAME"] = environ.get("SCRIPT_NAME", "") + prefix
+                environ["PATH_INFO"] = path[len(prefix):] or "/"
+                break
+        return self.app(environ, start_response)
+
+
+def page_language() -> str:
+    """The language of this request (see the module's docstring)."""
+    if request.path.startswith(MACHINE_PREFIXES):
+        return "en"
+    chosen = request.environ.get(ENVIRON_KEY) or request.cookies.get(COOKIE)
+    if chosen in LANGUAGES:
+        return chosen
+    return request.accept_languages.best_match(LANGUAGES, default="en") or "en"
+
+
+def _locale() -> str:
+    return LOCALES[page_language()]
+
+
+def switch_links() -> list[dict]:
+    """The header's language switcher: this page under each prefix."""
+    here = page_language()
+    path = request.full_path.rstrip("?")
+    return [{"lang": lang, "label": LABELS[lang], "url": f"/{lang}{path}", "current": lang == here}
+            for lang in LANGUAGES]
+
+
+# --------------------------------------------------------------- formatting
+
+def number(value) -> str:
+    """A count or quantity with the language's grouping (12,345 / 12,345)."""
+    if value is None:
+        return "—"
+    return format_decimal(value)
+
+
+def utc_time(epoch) -> str:
+    """UNIX seconds with the UTC date and time beside them, in the language's form."""
+    if epoch is None:
+        return "—"
+    moment = datetime.fromtimestamp(float(epoch), tz=timezone.utc)
+    pattern = TIME_PATTERNS[page_language()]
+    return f"{int(float(epoch))} ({format_datetime(moment, pattern, rebase=False)} UTC)"
+
+
+def span(seconds) -> str:
+    """A duration or an age: "3 minutes" / "3分钟"."""
+    if seconds is None:
+        return "—"
+    return format_timedelta(timedelta(seconds=max(0.0, float(seconds))), threshold=1.0)
+
+
+def ago(epoch) -> str:
+    """How long ago an instant was: "5 minutes ago" / "5分钟前"."""
+    if epoch is None:
+        return "—"
+    delta = datetime.now(timezone.utc) - datetime.fromtimestamp(float(epoch), tz=timezone.utc)
+    return format_timedelta(-max(delta, timedelta(0)), add_direction=True, threshold=1.0)
+
+
+def byte_size(size) -> str:
+    if size is None:
+        return "—"
+    size = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{format_decimal(round(size))} {unit}" if unit == "B" else \
+                f"{format_decimal(round(size, 1), format='#,##0.0')} {unit}"
+        size /= 1024
+    return f"{format_decimal(round(size, 1), format='#,##0.0')} TiB"
+
+
+def init_app(app: Flask) -> None:
+    Babel(app, locale_selector=_locale)
+    app.wsgi_app = LanguagePrefix(app.wsgi_app)
+    app.jinja_env.globals.update(language_links=switch_links, page_language=page_language)
+    app.jinja_env.filters.update(num=number)
+
+    @app.after_request
+    def _remember(response):
+        chosen = request.environ.get(ENVIRON_KEY)
+        if chosen and request.cookies.get(COOKIE) != chosen:
+            response.set_cookie(COOKIE, chosen, max_age=COOKIE_MAX_AGE_S, samesite="Lax",
+                                secure=request.is_secure, httponly=True)
+        return response
+
+    @app.before_request
+    def _language():
+        g.language = page_language()
+
+
+__all__ = ["LANGUAGES", "LanguagePrefix", "ago", "byte_size", "get_locale", "init_app", "number",
+           "page_language", "span", "switch_links", "utc_time"]
