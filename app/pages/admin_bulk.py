@@ -11,6 +11,7 @@ progress page, and the audit log records it.
 from __future__ import annotations
 
 from flask import abort, render_template, request, url_for
+from flask_babel import gettext as _
 
 from app import audit
 from app.errors import FleetError, InvalidRequest, NotFound
@@ -77,11 +78,11 @@ def bulk_start(project_id):
     action = request.form.get("action", "")
     back = {k: v for k, v in request.form.items() if k in job_search.JobFilter.FIELDS}
     if request.form.get("confirm") != "yes":
-        return refuse("Tick the confirmation box first.", "admin.bulk_confirm", project_id=project_id,
+        return refuse(_("Tick the confirmation box first."), "admin.bulk_confirm", project_id=project_id,
                       action=action, **back)
     reason = (request.form.get("reason") or "").strip()[:audit.REASON_MAX] or None
     if action == "delete" and reason is None:
-        return refuse("Say why in the reason field: a bulk delete is kept in the audit log.",
+        return refuse(_("Say why in the reason field: a bulk delete is kept in the audit log."),
                       "admin.bulk_confirm", project_id=project_id, action=action, **back)
     try:
         found = job_search.JobFilter.from_args(request.form)
@@ -115,5 +116,5 @@ def bulk_progress_live(project_id, action_id):
 def bulk_cancel(project_id, action_id):
     _action_or_404(project_id, action_id)
     state = bulk.cancel(project_id, action_id)["state"]
-    return done(f"Bulk action {action_id} is {state}.", "admin.bulk_progress", project_id=project_id,
+    return done(_("Bulk action %(action_id)s is %(state)s.", action_id=action_id, state=state), "admin.bulk_progress", project_id=project_id,
                 action_id=action_id)

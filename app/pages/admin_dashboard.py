@@ -7,6 +7,7 @@ script can refresh it with ``fetch`` every few seconds without a full reload.
 from __future__ import annotations
 
 from flask import current_app, render_template
+from flask_babel import gettext as _
 
 from app.hooks import deliveries
 from app.ops import retention_stats
@@ -55,7 +56,7 @@ def _spool_fill() -> dict:
 
 
 def _kept_for(days: int, what: str) -> str:
-    return f"{what} after {days} days" if days else "kept forever"
+    return _("%(what)s after %(days)s days", what=what, days=days) if days else _("kept forever")
 
 
 def retention_context() -> list[dict]:
@@ -63,17 +64,17 @@ def retention_context() -> list[dict]:
     cfg = current_app.config
     keep, outbox_days = cfg["KEEP_ATTEMPTS_PER_JOB"], cfg["KEEP_DONE_OUTBOX_DAYS"]
     rules = {
-        "jobs": _kept_for(cfg["KEEP_FINISHED_JOBS_DAYS"], "done, failed and exhausted jobs"),
-        "attempts": (f"finished attempts beyond the newest {keep} per job" if keep
-                     else "kept forever"),
-        "uploads": (f"staged uploads fail after {cfg['STAGED_RETENTION_S'] // 86400} days; "
-                    "receipts go with their attempt or job"),
-        "outbox": _kept_for(outbox_days, "done rows"),
-        "hook_deliveries": _kept_for(outbox_days, "delivered and skipped deliveries"),
-        "page_sessions": "at expiry",
-        "rate_limits": "when their window ends",
-        "worker_claim_buckets": f"after {cfg['CLAIM_BUCKET_RETENTION_DAYS']} days",
-        "audit_log": _kept_for(cfg["KEEP_AUDIT_DAYS"], "audit rows"),
+        "jobs": _kept_for(cfg["KEEP_FINISHED_JOBS_DAYS"], _("done, failed and exhausted jobs")),
+        "attempts": (_("finished attempts beyond the newest %(keep)s per job", keep=keep) if keep
+                     else _("kept forever")),
+        "uploads": _("staged uploads fail after %(days)s days; receipts go with their attempt or job",
+                     days=cfg["STAGED_RETENTION_S"] // 86400),
+        "outbox": _kept_for(outbox_days, _("done rows")),
+        "hook_deliveries": _kept_for(outbox_days, _("delivered and skipped deliveries")),
+        "page_sessions": _("at expiry"),
+        "rate_limits": _("when their window ends"),
+        "worker_claim_buckets": _("after %(days)s days", days=cfg["CLAIM_BUCKET_RETENTION_DAYS"]),
+        "audit_log": _kept_for(cfg["KEEP_AUDIT_DAYS"], _("audit rows")),
     }
     pruned = retention_stats.pruned()
     rows = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 
 from flask import current_app, request
+from flask_babel import gettext as _
 
 from app.errors import InvalidJob, InvalidRequest, TooLarge
 from app.pages.admin import attempt, bp
@@ -25,8 +26,11 @@ MAX_ARRAY_JOBS = 256
 
 def _result(result) -> str:
     existing = result.submitted - result.inserted
-    return (f"{result.submitted} jobs submitted: {result.inserted} new"
-            + (f", {existing} already queued." if existing else "."))
+    if existing:
+        return _("%(submitted)s jobs submitted: %(inserted)s new, %(existing)s already queued.",
+                 submitted=result.submitted, inserted=result.inserted, existing=existing)
+    return _("%(submitted)s jobs submitted: %(inserted)s new.", submitted=result.submitted,
+             inserted=result.inserted)
 
 
 def _normalize(raw, mode: str, line: int) -> dict:
@@ -151,5 +155,5 @@ def enqueue_source(project_id):
         return source_import.import_source(project_id, upload.stream, limits=limits,
                                            batch_size=cfg["SOURCE_BATCH"])
 
-    return attempt(run, lambda r: f"Source imported: {r.jobs} jobs read, {r.inserted} new.",
+    return attempt(run, lambda r: _("Source imported: %(jobs)s jobs read, %(inserted)s new.", jobs=r.jobs, inserted=r.inserted),
                    "admin.project", project_id=project_id)

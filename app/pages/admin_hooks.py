@@ -4,6 +4,7 @@ deliveries of a disabled consumer are not failures), and "retry now"."""
 from __future__ import annotations
 
 from flask import render_template, request
+from flask_babel import gettext as _
 
 from app.errors import FleetError, InvalidRequest
 from app.extensions import db
@@ -83,10 +84,10 @@ def add_consumer():
 
 def _toggle(consumer_id, enabled: bool):
     project_id = request.form.get("project_id", "")
-    word = "enabled" if enabled else "disabled"
     return attempt(lambda: consumers.update(project_id, decimal_id(consumer_id, "consumer_id"),
                                             enabled=enabled),
-                   lambda c: f"Consumer {c['name']} {word}.", "admin.hooks", **_back())
+                   lambda c: (_("Consumer %(name)s enabled.", name=c["name"]) if enabled
+                              else _("Consumer %(name)s disabled.", name=c["name"])), "admin.hooks", **_back())
 
 
 @bp.post("/hooks/consumers/<consumer_id>/enable")
@@ -104,11 +105,11 @@ def set_consumer_timeout(consumer_id):
     project_id = request.form.get("project_id", "")
     return attempt(lambda: consumers.update(project_id, decimal_id(consumer_id, "consumer_id"),
                                             completion_timeout_seconds=_timeout_field()),
-                   lambda c: f"Consumer {c['name']}: completion timeout "
-                             f"{c['completion_timeout_seconds']} s.", "admin.hooks", **_back())
+                   lambda c: _("Consumer %(name)s: completion timeout %(seconds)s s.", name=c['name'],
+                               seconds=c['completion_timeout_seconds']), "admin.hooks", **_back())
 
 
 @bp.post("/hooks/deliveries/<delivery_id>/retry")
 def retry_delivery(delivery_id):
     return attempt(lambda: deliveries.retry_now(decimal_id(delivery_id, "delivery_id")),
-                   lambda d: f"Delivery {d['delivery_id']} is due now.", "admin.hooks", **_back())
+                   lambda d: _("Delivery %(delivery_id)s is due now.", delivery_id=d['delivery_id']), "admin.hooks", **_back())

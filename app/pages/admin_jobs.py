@@ -3,6 +3,7 @@ deliveries; requeue and delete, one by one or for a page of jobs."""
 from __future__ import annotations
 
 from flask import abort, current_app, redirect, render_template, request, url_for
+from flask_babel import gettext as _, ngettext
 from sqlalchemy import text
 
 from app import audit
@@ -87,7 +88,7 @@ def requeue_job(job_id):
         jobs_admin.requeue(project_id, jid)
         return jid
 
-    return attempt(run, lambda jid: f"Job {jid} is back in the queue.", "admin.job",
+    return attempt(run, lambda jid: _("Job %(jid)s is back in the queue.", jid=jid), "admin.job",
                    job_id=job_id)
 
 
@@ -96,13 +97,13 @@ def delete_job(job_id):
     try:
         project_id, jid = _project_of(job_id)
         if request.form.get("confirm") != "yes":
-            return refuse("Tick the confirmation box to delete the job.", "admin.job",
+            return refuse(_("Tick the confirmation box to delete the job."), "admin.job",
                           job_id=job_id)
         jobs_admin.delete(project_id, jid)
     except FleetError as exc:
         db.session.rollback()
         return refuse(explain(exc), "admin.job", job_id=job_id)
-    return done(f"Job {jid} deleted.", "admin.project", project_id=project_id)
+    return done(_("Job %(jid)s deleted.", jid=jid), "admin.project", project_id=project_id)
 
 
 def _back(project_id):
@@ -124,17 +125,17 @@ def bulk_jobs(project_id):
         raw_ids = request.form.getlist("job_id")
     back = _back(project_id)
     if action not in ("requeue", "requeue_page", "delete"):
-        return refuse("Unknown action.", "admin.project", **back)
+        return refuse(_("Unknown action."), "admin.project", **back)
     if not raw_ids:
-        return refuse("No jobs selected.", "admin.project", **back)
+        return refuse(_("No jobs selected."), "admin.project", **back)
     if len(raw_ids) > MAX_BULK:
-        return refuse(f"At most {MAX_BULK} jobs at once.", "admin.project", **back)
+        return refuse(_("At most %(max_bulk)s jobs at once.", max_bulk=MAX_BULK), "admin.project", **back)
     if action == "delete" and request.form.get("confirm") != "yes":
-        return refuse("Tick the confirmation box to delete the selected jobs.", "admin.project",
+        return refuse(_("Tick the confirmation box to delete the selected jobs."), "admin.project",
                       **back)
     reason = (request.form.get("reason") or "").strip()[:audit.REASON_MAX] or None
     if action == "delete" and reason is None:
-        return refuse("Say why in the reason field: a bulk delete is kept in the audit log.",
+        return refuse(_("Say why in the reason field: a bulk delete is kept in the audit log."),
                       "admin.project", **back)
     changed, refused = 0, []
     for raw in raw_ids:
@@ -148,9 +149,9 @@ def bulk_jobs(project_id):
         except (Conflict, NotFound, InvalidRequest) as exc:
             db.session.rollback()
             refused.append(f"{raw}: {exc.message}")
-    verb = "deleted" if action == "delete" else "requeued"
-    message = f"{changed} job{'s' if changed != 1 else ''} {verb}."
+    message = (ngettext("%(num)s job deleted.", "%(num)s jobs deleted.", changed) if action == "delete"
+               else ngettext("%(num)s job requeued.", "%(num)s jobs requeued.", changed))
     if refused:
-        message += f" {len(refused)} refused — " + "; ".join(refused[:5])
+        message += " " + _("%(n)s refused — ", n=len(refused)) + "; ".join(refused[:5])
         return refuse(message, "admin.project", **back)
     return done(message, "admin.project", **back)

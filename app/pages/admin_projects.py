@@ -4,6 +4,7 @@ the cursor-paged, filtered job list."""
 from __future__ import annotations
 
 from flask import abort, render_template, request
+from flask_babel import gettext as _
 
 from app import audit
 from app.errors import FleetError, InvalidRequest, NotFound
@@ -111,7 +112,7 @@ def create_project():
     except FleetError as exc:
         db.session.rollback()
         return refuse(explain(exc), "admin.projects")
-    return done(f"Project {project_id} created.", "admin.project", project_id=project_id)
+    return done(_("Project %(project_id)s created.", project_id=project_id), "admin.project", project_id=project_id)
 
 
 def _exists(project_id: str) -> bool:
@@ -166,14 +167,14 @@ def update_policy(project_id):
             raise InvalidRequest("nothing to change")
         return service.put(project_id, fields, partial=True)[0]
 
-    return attempt(save, lambda p: f"Policy saved (version {p.policy_version}, status {p.status}).",
+    return attempt(save, lambda p: _("Policy saved (version %(policy_version)s, status %(status)s).", policy_version=p.policy_version, status=p.status),
                    "admin.project", project_id=project_id)
 
 
 @bp.post("/projects/<segment:project_id>/delete")
 def delete_project(project_id):
     if request.form.get("confirm") != "yes":
-        return refuse("Tick the box to confirm: deleting a project deletes all its jobs.",
+        return refuse(_("Tick the box to confirm: deleting a project deletes all its jobs."),
                       "admin.project", project_id=project_id)
 
     try:
@@ -183,12 +184,12 @@ def delete_project(project_id):
     except FleetError as exc:  # jobs in flight: drain it first
         db.session.rollback()
         return refuse(explain(exc), "admin.project", project_id=project_id)
-    return done(f"Project {project_id} and its jobs deleted.", "admin.projects")
+    return done(_("Project %(project_id)s and its jobs deleted.", project_id=project_id), "admin.projects")
 
 
 @bp.post("/projects/<segment:project_id>/status")
 def update_status(project_id):
     status = request.form.get("status", "")
     return attempt(lambda: service.put(project_id, {"status": status}, partial=True)[0],
-                   lambda p: f"Project {p.id} is now {p.status}.", "admin.project",
+                   lambda p: _("Project %(id)s is now %(status)s.", id=p.id, status=p.status), "admin.project",
                    project_id=project_id)

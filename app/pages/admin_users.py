@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import render_template, request
+from flask_babel import gettext as _, ngettext
 
 from app.accounts import service as accounts
 from app.accounts.models import ROLES, USER_STATUSES
@@ -38,7 +39,7 @@ def create_user():
             return accounts.put_user(user_id, roles, request.form.get("status", "active"))[0]
         raise InvalidRequest(f"user {user_id!r} already exists")
 
-    return attempt(create, lambda u: f"User {u.id} created ({u.status}).", "admin.users")
+    return attempt(create, lambda u: _("User %(id)s created (%(status)s).", id=u.id, status=u.status), "admin.users")
 
 
 @bp.post("/users/<segment:user_id>")
@@ -51,8 +52,8 @@ def update_user(user_id):
         _guard_self(user_id, roles, status)
         return accounts.put_user(user_id, roles, status)[0]
 
-    return attempt(save, lambda u: f"User {u.id}: {u.status}, roles "
-                                   f"{', '.join(u.roles) or 'none'}.", "admin.users")
+    return attempt(save, lambda u: _("User %(id)s: %(status)s, roles %(roles)s.", id=u.id, status=u.status,
+                                     roles=", ".join(u.roles) or _("none")), "admin.users")
 
 
 @bp.post("/users/<segment:user_id>/activate")
@@ -65,7 +66,7 @@ def activate_user(user_id):
         roles = list(user.roles) or ["worker"]
         return accounts.put_user(user_id, roles, "active")[0]
 
-    return attempt(activate, lambda u: f"User {u.id} is active; they can sign in now.",
+    return attempt(activate, lambda u: _("User %(id)s is active; they can sign in now.", id=u.id),
                    "admin.users")
 
 
@@ -85,9 +86,9 @@ def view_token(user_id):
     that the users page itself never carries a token."""
     token = accounts.view_token(user_id)
     if token is None:
-        return refuse(f"The machine token of {user_id} cannot be shown: there is none, tokens "
-                      "are not kept viewable, or it was sealed under another secret key. "
-                      "Rotate it to get a new one.", "admin.users")
+        return refuse(_("The machine token of %(user_id)s cannot be shown: there is none, tokens "
+                        "are not kept viewable, or it was sealed under another secret key. "
+                        "Rotate it to get a new one.", user_id=user_id), "admin.users")
     return shown_once("admin/token.html", user_id=user_id, token=token, rotated=False,
                       viewable=True)
 
@@ -95,9 +96,9 @@ def view_token(user_id):
 @bp.post("/users/<segment:user_id>/token/revoke")
 def revoke_token(user_id):
     if request.form.get("confirm") != "yes":
-        return refuse("Tick the confirmation box to revoke the token.", "admin.users")
+        return refuse(_("Tick the confirmation box to revoke the token."), "admin.users")
     return attempt(lambda: accounts.revoke_token(user_id),
-                   f"Machine token of {user_id} revoked.", "admin.users")
+                   _("Machine token of %(user_id)s revoked.", user_id=user_id), "admin.users")
 
 
 @bp.post("/users/<segment:user_id>/delete")
@@ -105,14 +106,15 @@ def delete_user(user_id):
     """As the API's DELETE: the user goes, and their machine token and
     browser sessions with them."""
     if request.form.get("confirm") != "yes":
-        return refuse(f"Tick the confirmation box to delete {user_id}.", "admin.users")
+        return refuse(_("Tick the confirmation box to delete %(user_id)s.", user_id=user_id), "admin.users")
     if user_id == actor():
-        return refuse("You cannot delete yourself; ask another admin.", "admin.users")
-    return attempt(lambda: accounts.delete_user(user_id), f"User {user_id} deleted.", "admin.users")
+        return refuse(_("You cannot delete yourself; ask another admin."), "admin.users")
+    return attempt(lambda: accounts.delete_user(user_id), _("User %(user_id)s deleted.", user_id=user_id), "admin.users")
 
 
 @bp.post("/users/<segment:user_id>/sessions/end")
 def end_sessions(user_id):
     return attempt(lambda: sessions.end_user_sessions(user_id),
-                   lambda n: f"{n} browser session{'s' if n != 1 else ''} of {user_id} ended.",
+                   lambda n: ngettext("%(num)s browser session of %(user_id)s ended.",
+                                      "%(num)s browser sessions of %(user_id)s ended.", n, user_id=user_id),
                    "admin.users")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from flask import abort, current_app, render_template, request, send_file
+from flask_babel import gettext as _
 
 from app import audit
 from app.fleet import activity, lanes, listing
@@ -90,7 +91,7 @@ def token_worker(user_id, worker_id):
 
 
 def _unconfirmed(action: str, endpoint: str, **values):
-    return refuse(f"Tick the box to confirm: {action}.", endpoint, action=action, **values)
+    return refuse(_("Tick the box to confirm: %(action)s.", action=action), endpoint, action=action, **values)
 
 
 def _reason(action: str) -> str | None:
@@ -104,9 +105,9 @@ def decide_node(node_id, action):
         return _unconfirmed(action, "admin.node", node_id=node_id)
     reason = _reason(action)
     if action in REASON_ACTIONS and reason is None:
-        return refuse(f"Say why: a {action} needs a reason.", "admin.node", action=action, node_id=node_id)
+        return refuse(_("Say why: a %(action)s needs a reason.", action=action), "admin.node", action=action, node_id=node_id)
     return attempt(lambda: fleet.decide(node_id, action, actor=actor(), reason=reason),
-                   lambda n: f"Node {n.name} ({n.id}) is now {n.status}.", "admin.workers")
+                   lambda n: _("Node %(name)s (%(id)s) is now %(status)s.", name=n.name, id=n.id, status=n.status), "admin.workers")
 
 
 @bp.post("/workers/token/<segment:user_id>/<segment:worker_id>/<action>")
@@ -115,16 +116,18 @@ def decide_token_worker(user_id, worker_id, action):
         return _unconfirmed(action, "admin.token_worker", user_id=user_id, worker_id=worker_id)
     reason = _reason(action)
     if action in REASON_ACTIONS and reason is None:
-        return refuse(f"Say why: a {action} needs a reason.", "admin.token_worker", action=action,
+        return refuse(_("Say why: a %(action)s needs a reason.", action=action), "admin.token_worker", action=action,
                       user_id=user_id, worker_id=worker_id)
     return attempt(lambda: fleet.decide_token_worker(user_id, worker_id, action, reason=reason),
-                   lambda w: f"Token worker {w.user_id}/{w.worker_id} is now {w.status}.",
+                   lambda w: _("Token worker %(user_id)s/%(worker_id)s is now %(status)s.", user_id=w.user_id, worker_id=w.worker_id, status=w.status),
                    "admin.workers")
 
 
 def _tier_message(row: dict) -> str:
     who = f"{row['user_id']}/{row['worker_id']}" if row.get("user_id") else row["worker_id"]
-    return f"Worker {who} is now {'first choice' if row['tier'] == 'first' else 'fallback'}."
+    if row["tier"] == "first":
+        return _("Worker %(who)s is now first choice.", who=who)
+    return _("Worker %(who)s is now fallback.", who=who)
 
 
 @bp.post("/workers/node/<node_id>/tier")
@@ -145,24 +148,24 @@ def set_remote():
     it asks for the same confirmation as the fleet actions."""
     wanted = request.form.get("remote")
     if wanted not in ("on", "off"):
-        return refuse("Choose on or off for remote delegation.", "admin.workers")
+        return refuse(_("Choose on or off for remote delegation."), "admin.workers")
     if wanted == "off" and request.form.get("confirm") != "yes":
-        return refuse("Tick the box to confirm: stop remote delegation.", "admin.workers")
+        return refuse(_("Tick the box to confirm: stop remote delegation."), "admin.workers")
     return attempt(lambda: lanes.set_remote(wanted == "on", actor()),
-                   lambda r: f"Remote delegation is {r['remote']}.", "admin.workers")
+                   lambda r: _("Remote delegation is %(remote)s.", remote=r['remote']), "admin.workers")
 
 
 def _release_held(worker_id: str, user_id: str | None, endpoint: str, **values):
     if request.form.get("confirm") != "yes":
-        return refuse("Tick the box to confirm: release the held files.", endpoint, **values)
+        return refuse(_("Tick the box to confirm: release the held files."), endpoint, **values)
     spool = Spool.from_config(current_app.config)
 
     def outcome(released) -> str:
-        message = f"Released {len(released)} held file(s): deleted, quota freed."
+        message = _("Released %(n)s held file(s): deleted, quota freed.", n=len(released))
         waiting = len(held.listing(worker_id, user_id))
         if waiting:
-            message += (f" {waiting} may still be streaming: release them once their upload"
-                        " budget is over.")
+            message += " " + _("%(n)s may still be streaming: release them once their upload "
+                               "budget is over.", n=waiting)
         return message
     return attempt(lambda: held.release_worker(worker_id, user_id, spool, actor()), outcome,
                    endpoint, **values)

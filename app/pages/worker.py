@@ -10,8 +10,10 @@ from __future__ import annotations
 import time
 
 from flask import Blueprint, current_app, flash, redirect, render_template, url_for
+from flask_babel import gettext as _
 from sqlalchemy import text
 
+from app import i18n
 from app.accounts import service as accounts
 from app.extensions import db
 from app.pages.auth import current_user, login_required_active
@@ -33,15 +35,8 @@ ORDER BY last_seen_at DESC LIMIT :n
 
 def _age(epoch, now: float) -> str:
     if epoch is None:
-        return "never"
-    seconds = max(0, int(now - float(epoch)))
-    if seconds < 120:
-        return f"{seconds} s ago"
-    if seconds < 7200:
-        return f"{seconds // 60} min ago"
-    if seconds < 172800:
-        return f"{seconds // 3600} h ago"
-    return f"{seconds // 86400} d ago"
+        return _("never")
+    return i18n.ago(min(float(epoch), now))
 
 
 def _stamp(epoch) -> str | None:
@@ -99,7 +94,7 @@ def view_token():
     page itself never carries it."""
     token = accounts.view_token(current_user.id)
     if token is None:
-        flash("Your machine token cannot be shown again: rotate it to get a new one.", "error")
+        flash(_("Your machine token cannot be shown again: rotate it to get a new one."), "error")
         return redirect(url_for("worker_pages.index"), 303)
     return _page(shown_token=token)
 
@@ -108,5 +103,5 @@ def view_token():
 @login_required_active
 def revoke_token():
     accounts.revoke_token(current_user.id)
-    flash("Machine token revoked: workers using it stop at their next request.", "info")
+    flash(_("Machine token revoked: workers using it stop at their next request."), "info")
     return redirect(url_for("worker_pages.index"), 303)
