@@ -102,3 +102,15 @@ def test_the_machine_api_stays_english(app, client, admin_token):
     response = api.call("GET", "/api/v1/fleethq/projects/none")
     api_error(response, 404, "not_found")
     assert response.get_json()["error"]["message"].isascii()
+
+
+def test_the_oauth_callback_and_the_enrollment_command_carry_no_language_prefix(app, client):
+    """GitHub only accepts the callback URL registered for the OAuth app, and a
+    worker's master URL is the master's, whatever language the page is in."""
+    sign_in(app, client)
+    token = Pages(client, "page-admin").token
+    shown = client.post("/zh/admin/workers/enrollments", data={"csrf_token": token}).get_data(as_text=True)
+    assert "fleethq-worker run --master http://localhost " in shown
+    with app.test_request_context("/zh/login", environ_overrides={"SCRIPT_NAME": "/zh"}):
+        from app.pages import auth
+        assert auth._callback_url() == "http://localhost" + app.config["GITHUB_CALLBACK_PATH"]

@@ -12,9 +12,11 @@ from werkzeug.routing import BaseConverter
 
 
 def master_url() -> str:
-    """``PUBLIC_URL`` without its trailing slash, else the request's root URL."""
+    """``PUBLIC_URL`` without its trailing slash, else the request's scheme and
+    host — never a page's language prefix (``/zh``): the OAuth callback and
+    the workers' master URL are the same whatever language asked."""
     public = current_app.config.get("PUBLIC_URL")
-    return (public or request.url_root).rstrip("/")
+    return (public or request.host_url).rstrip("/")
 
 
 # The one navigation bar: (endpoint, label, first path segment under /admin
