@@ -144,3 +144,47 @@ def test_delete_a_project_from_its_page(tab, site, api, lang):  # noqa: F811
     assert message == ("Project old-papers and its jobs deleted." if lang == "en"
                        else "项目 old-papers 及其任务已删除。")
     assert api.call("GET", "/api/v1/fleethq/projects/old-papers").status_code == 404
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_savewebhq_page_rows_by_hand(tab, site, api, app, make_user, lang):  # noqa: F811
+    """D8 create with every policy field, D11 a JSON array, D7 the claim order
+    column, D18 delete a user, revoke with a reason — in the browser."""
+    pid = f"full-{lang}"
+    tab.goto(f"{site.url}/{lang}/admin/projects")
+    tab.fill("#new-id", pid)
+    tab.locator("#new-policy summary").click()
+    tab.select_option("#new-claim_order", "random")
+    tab.fill("#new-max_resets", "7")
+    tab.fill("#new-max_in_flight", "40")
+    tab.select_option("#new-prefer_new_worker", "no")
+    tab.click("#create-project button[type=submit]")
+    tab.wait_for_url(f"{site.url}/{lang}/admin/projects/{pid}")
+    project = api.call("GET", f"/api/v1/fleethq/projects/{pid}").json()
+    assert (project["claim_order"], project["max_resets"], project["max_in_flight"],
+            project["prefer_new_worker"]) == ("random", 7, 40, False)
+    tab.fill("#jobs-json", '[{"id": "a1", "value": "https://example.org/a"}, '
+                           '{"id": "a2", "value": "https://example.org/b"}]')
+    tab.click("#enqueue-json button[type=submit]")
+    assert ("2 jobs submitted: 2 new." if lang == "en" else "已提交 2 个任务：2 个新任务。") in \
+        tab.locator(".flash").last.inner_text()
+    shot(tab, lang, "project-created")
+    tab.goto(f"{site.url}/{lang}/admin/projects")
+    assert "random" in tab.locator("tr", has_text=pid).inner_text()
+
+    make_user(f"leaver-{lang}", ["worker"])
+    tab.goto(f"{site.url}/{lang}/admin/users")
+    row = tab.locator("tr", has_text=f"leaver-{lang}")
+    row.locator('input[name="confirm"]').last.check()
+    row.locator('button.danger[id^="delete-user-"]').click()
+    assert f"leaver-{lang}" in tab.locator(".flash").last.inner_text()
+    assert tab.locator("tr", has_text=f"leaver-{lang}").count() == 0
+
+    node = Node(requests.Session(), app, base=site.url, name=f"box-{lang}")
+    tab.goto(f"{site.url}/{lang}/admin/workers/node/{node.node_id}")
+    tab.check("#confirm-revoke")
+    tab.fill("#reason-revoke", "retired")
+    tab.click("#do-revoke")
+    tab.goto(f"{site.url}/{lang}/admin/audit?action=node.revoke")
+    assert "retired" in tab.locator("#audit-entries").inner_text()
+    shot(tab, lang, "audit-revoke")
