@@ -178,3 +178,38 @@ def test_error_search_is_newest_first_whichever_way_it_is_answered(pages, api, a
         db.session.remove()
     assert seen == expected
     assert all(j["state"] == "failed" for j in only_failed["jobs"]) and len(only_failed["jobs"]) == 3
+
+
+def test_error_filters_match_current_errors_only_and_a_bulk_stays_within_what_was_confirmed(
+        pages, api, app):
+    """A retried job that finished keeps its old error in last_error: error
+    searches (and so bulk deletes of them) must not match it; and jobs that
+    arrive after the confirmation are not touched."""
+    api.put_project("stale", max_resets=3)
+    api.enqueue("stale", [{"id": f"s{i}", "value": f"v{i}"} for i in range(3)])
+    jobs = body(api.claim("stale", max_jobs=3))["jobs"]
+    api.fail("stale", jobs, retryable=True, code="timeout")         # all back in the queue, with an error
+    sql(app, "UPDATE jobs SET not_before = now() WHERE project_id = 'stale'")
+    again = body(api.claim("stale", max_jobs=1))["jobs"]
+    api.complete("stale", again)                                      # done, the old error kept
+    done_id = int(again[0]["job_id"])
+    assert sql(app, "SELECT last_error IS NOT NULL FROM jobs WHERE id = :j", j=done_id)[0][0]
+    for query in ("q=error:boom", "error_code=timeout"):
+        found = _found(pages.text(f"/admin/projects/stale/jobs/search?{query}"))
+        assert done_id not in found and len(found) == 2, query
+    # attr values JSON cannot carry are strings, not a server error.
+    for odd in ("NaN", "Infinity", "1e999"):
+        assert pages.get(f"/admin/projects/stale/jobs/search?q=attr:x={odd}").status_code == 200
+
+    from app.extensions import db
+    from app.projects import bulk
+    from app.projects.job_search import JobFilter
+    with app.app_context():
+        action_id = bulk.start("stale", "delete", JobFilter(value_prefix="v"), actor="t", reason="r")
+        db.session.remove()
+    api.enqueue("stale", [{"id": "late", "value": "vlate"}])         # matches, but after the confirmation
+    with app.app_context():
+        assert bulk.run(action_id) == "done"
+        db.session.remove()
+    late_id = sql(app, "SELECT id FROM jobs WHERE ext_id = 'late'")[0][0]
+    assert {r[0] for r in sql(app, "SELECT id FROM jobs WHERE project_id = 'stale'")} == {late_id}

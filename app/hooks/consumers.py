@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from sqlalchemy import text
 
@@ -31,6 +31,18 @@ def _check_url(url) -> str:
     if not host or parts.scheme not in ("http", "https"):
         raise InvalidRequest("url must be an http(s) URL", details={"field": "url"})
     return url
+
+
+def _shown_url(url: str | None) -> str | None:
+    """A consumer URL as the audit log keeps it: no user:password, no query
+    (either may carry a credential)."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host  # an IPv6 literal
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def _check_timeout(value) -> int:
@@ -93,7 +105,8 @@ def create(project_id: str, name: str, url: str | None = None, secret: str | Non
          "prof": json.dumps(profile) if profile is not None else None, "s": secret,
          "e": bool(enabled), "t": _check_timeout(completion_timeout_seconds)}).mappings().one()
     audit.record("hook.create", "hook_consumer", row["id"], {  # never the secret
-        "project": project_id, "name": name, "kind": kind, "url": url, "target_project": target_project,
+        "project": project_id, "name": name, "kind": kind, "url": _shown_url(url),
+        "target_project": target_project,
         "enabled": bool(enabled)})
     db.session.commit()
     return _dict(row, secret)
@@ -141,10 +154,11 @@ def update(project_id: str, consumer_id: int, *, url=None, enabled=None, name=No
         f"RETURNING {_COLUMNS}"), params).mappings().first()
     if row is None:
         raise NotFound("no such consumer")
-    audit.record("hook.update", "hook_consumer", consumer_id, {
-        "project": project_id, **{field: params[key] for key, field in (
-            ("u", "url"), ("e", "enabled"), ("n", "name"), ("t", "completion_timeout_seconds"))
-            if key in params}})
+    changed = {field: params[key] for key, field in (
+        ("e", "enabled"), ("n", "name"), ("t", "completion_timeout_seconds")) if key in params}
+    if "u" in params:
+        changed["url"] = _shown_url(params["u"])
+    audit.record("hook.update", "hook_consumer", consumer_id, {"project": project_id, **changed})
     db.session.commit()
     return _dict(row)
 

@@ -50,11 +50,14 @@ def start(project_id: str, action: str, found: JobFilter, *, actor: str, reason:
                              details={"field": "filter"})
     service.get(project_id)
     matched, _ = count(project_id, found)
+    # The jobs the admin confirmed: none enqueued after this moment.
+    through = db.session.execute(text("SELECT max(id) FROM jobs WHERE project_id = :p"),
+                                 {"p": project_id}).scalar() or 0
     action_id = db.session.execute(text(
-        "INSERT INTO bulk_actions (project_id, action, filter, matched, created_by, reason) "
-        "VALUES (:p, :a, CAST(:f AS jsonb), :m, :by, :r) RETURNING id"),
-        {"p": project_id, "a": action, "f": json.dumps(found.as_dict()), "m": matched, "by": actor,
-         "r": reason}).scalar()
+        "INSERT INTO bulk_actions (project_id, action, filter, matched, through_job_id, created_by, "
+        "reason) VALUES (:p, :a, CAST(:f AS jsonb), :m, :through, :by, :r) RETURNING id"),
+        {"p": project_id, "a": action, "f": json.dumps(found.as_dict()), "m": matched,
+         "through": through, "by": actor, "r": reason}).scalar()
     outbox.add(TOPIC, action_id)
     audit.record(f"jobs.bulk_{action}", "project", project_id,
                  {"bulk_action": action_id, "filter": found.as_dict(), "matched": matched}, reason=reason)
@@ -124,7 +127,7 @@ def run(action_id: int, *, slice_s: float = SLICE_S, batch: int = BATCH) -> str:
     deadline = time.monotonic() + slice_s
     while True:
         row = db.session.execute(text(
-            "SELECT project_id, action, filter, state, scanned_through FROM bulk_actions "
+            "SELECT project_id, action, filter, state, scanned_through, through_job_id FROM bulk_actions "
             "WHERE id = :i FOR UPDATE SKIP LOCKED"), {"i": action_id}).mappings().first()
         if row is None:
             db.session.rollback()
@@ -141,9 +144,10 @@ def run(action_id: int, *, slice_s: float = SLICE_S, batch: int = BATCH) -> str:
             return "gone"
         where, params = JobFilter.from_dict(row["filter"]).where()
         ids = db.session.execute(text(
-            f"SELECT j.id FROM jobs j WHERE j.project_id = :project AND j.id > :after AND {where} "
-            f"ORDER BY j.id LIMIT :n"),
-            {**params, "project": row["project_id"], "after": row["scanned_through"], "n": batch}
+            f"SELECT j.id FROM jobs j WHERE j.project_id = :project AND j.id > :after "
+            f"AND j.id <= :upto AND {where} ORDER BY j.id LIMIT :n"),
+            {**params, "project": row["project_id"], "after": row["scanned_through"],
+             "upto": row["through_job_id"], "n": batch}
         ).scalars().all()
         changed = db.session.execute(text(_REQUEUE if row["action"] == "requeue" else _DELETE),
                                      {"ids": list(ids)}).rowcount if ids else 0

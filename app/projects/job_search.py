@@ -18,6 +18,7 @@ the rows those indexes find. Results are newest first, a page at a time.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
@@ -32,6 +33,12 @@ PAGE_SIZE = 50
 Q_MAX_CHARS = 256
 PREFIX_CHARS = 256      # the indexed length of a value (ix_jobs_value_prefix)
 MIN_ERROR_CHARS = 3     # trigrams: shorter text cannot use the index
+# A job's last error is its current one only while it is failed, exhausted
+# or queued for a retry: a retried job that runs again or finished keeps
+# the old error in last_error, which error searches must not match (a bulk
+# delete of "error:timeout" would otherwise take done jobs with it).
+ERROR_CURRENT = ("(j.state IN ('failed', 'reset_exhausted') "
+                 "OR (j.state = 'todo' AND j.attempts_count > 0))")
 
 
 def _like(prefix: str) -> str:
@@ -104,7 +111,7 @@ class JobFilter:
             parts.append("j.type = :f_type")
             params["f_type"] = self.type
         if self.error_code:
-            parts.append("j.last_error ->> 'code' = :f_code")
+            parts.append(f"j.last_error ->> 'code' = :f_code AND {ERROR_CURRENT}")
             params["f_code"] = self.error_code
         if self.worker_id:
             parts.append("j.worker_id = :f_worker")
@@ -122,6 +129,10 @@ class JobFilter:
         return " AND ".join(parts) or "true", params
 
 
+def _refuse_constant(name: str):
+    raise ValueError(name)  # NaN and Infinity are JSON to Python, not to jsonb: a string then
+
+
 def _prefix_sql(name: str, params: dict, prefix: str) -> str:
     # The indexed expression first (a range scan), then the whole value for
     # prefixes longer than the indexed part.
@@ -136,8 +147,10 @@ def _search_sql(q: str, params: dict) -> str:
         if not found or not key:
             raise InvalidRequest("an attribute search reads attr:key=value", details={"field": "q"})
         try:
-            value = json.loads(raw)
+            value = json.loads(raw, parse_constant=_refuse_constant)
         except ValueError:
+            value = raw
+        if isinstance(value, float) and not math.isfinite(value):  # 1e999: jsonb has no infinity
             value = raw
         if isinstance(value, (dict, list)):
             raise InvalidRequest("an attribute value must be a string, number, true, false or null",
@@ -150,7 +163,8 @@ def _search_sql(q: str, params: dict) -> str:
             raise InvalidRequest(f"an error search needs at least {MIN_ERROR_CHARS} characters",
                                  details={"field": "q"})
         params["q_error"] = "%" + _like(needle) + "%"
-        return "(j.last_error IS NOT NULL AND (j.last_error ->> 'message') ILIKE :q_error)"
+        return (f"(j.last_error IS NOT NULL AND (j.last_error ->> 'message') ILIKE :q_error "
+                f"AND {ERROR_CURRENT})")
     params["q_ext"] = q
     by_id = ""
     if q.isascii() and q.isdigit() and len(q) <= 18:
@@ -184,7 +198,7 @@ ORDER BY j.id DESC OFFSET :probe LIMIT 1
 _IN_WINDOW = """
 WITH w AS MATERIALIZED (
     SELECT j.id, j.ext_id, j.value, j.type, j.state, j.worker_id, j.worker_owner, j.last_error,
-           j.created_at, j.updated_at
+           j.created_at, j.updated_at, j.attempts_count
     FROM jobs j WHERE j.project_id = :project AND j.state = :state {only} AND j.id > :low {cursor}
     ORDER BY j.id DESC LIMIT :probe
 )

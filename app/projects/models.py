@@ -244,6 +244,8 @@ class BulkAction(db.Model):
     matched: Mapped[int] = mapped_column(BigInteger, nullable=False)       # the count shown at confirmation
     # Batches walk job ids upwards; everything at or below this id is done.
     scanned_through: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    # The newest job id when the admin confirmed: later jobs are not touched.
+    through_job_id: Mapped[int] = mapped_column(BigInteger, nullable=False)
     processed: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
     changed: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
     skipped: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")

@@ -51,6 +51,7 @@ def upgrade():
         sa.Column('state', sa.Text(), server_default='running', nullable=False),
         sa.Column('matched', sa.BigInteger(), nullable=False),
         sa.Column('scanned_through', sa.BigInteger(), server_default='0', nullable=False),
+        sa.Column('through_job_id', sa.BigInteger(), nullable=False),
         sa.Column('processed', sa.BigInteger(), server_default='0', nullable=False),
         sa.Column('changed', sa.BigInteger(), server_default='0', nullable=False),
         sa.Column('skipped', sa.BigInteger(), server_default='0', nullable=False),
