@@ -55,7 +55,8 @@ def test_dramatiq_sender_sends_each_topic_to_its_actor():
     sender.send("archive_commit", 3)
     sender.send("hook_delivery", 4)
     assert enqueued.messages == [("archive", "archive_commit", (3,)), ("hooks", "deliver_hook", (4,))]
-    assert HANDLERS == {"archive_commit": actors.archive_commit, "hook_delivery": actors.deliver_hook}
+    assert HANDLERS == {"archive_commit": actors.archive_commit, "hook_delivery": actors.deliver_hook,
+                        "bulk_jobs": actors.bulk_jobs}
     broker.close()
 
 

@@ -22,7 +22,7 @@ from app import audit
 from app.errors import InvalidRequest, NotFound
 from app.extensions import db
 from app.hooks import outbox
-from app.projects import service, states, wakeups
+from app.projects import jobs_admin, service, wakeups
 from app.projects.job_search import JobFilter, count
 from app.projects.models import BULK_ACTIONS
 
@@ -109,17 +109,6 @@ def cancel(project_id: str, action_id: int) -> dict:
     return get(project_id, action_id)
 
 
-_REQUEUE = f"""
-UPDATE jobs SET state = 'todo', resets = 0, not_before = now(), updated_at = now(),
-       lease_expires_at = NULL, last_error = NULL, deadline_at = NULL
-WHERE id = ANY(:ids) AND state IN ('failed', 'reset_exhausted')
-  AND NOT EXISTS (SELECT 1 FROM projects p WHERE p.id = jobs.project_id
-                  AND p.max_worker_attempts IS NOT NULL
-                  AND {states.distinct_workers('jobs.id')} >= p.max_worker_attempts)
-"""
-_DELETE = "DELETE FROM jobs WHERE id = ANY(:ids) AND state NOT IN ('wip', 'staged')"
-
-
 def run(action_id: int, *, slice_s: float = SLICE_S, batch: int = BATCH) -> str:
     """Work on one action for up to ``slice_s``. Returns ``done``,
     ``more`` (a next slice is queued), ``busy`` (another worker holds it)
@@ -149,8 +138,8 @@ def run(action_id: int, *, slice_s: float = SLICE_S, batch: int = BATCH) -> str:
             {**params, "project": row["project_id"], "after": row["scanned_through"],
              "upto": row["through_job_id"], "n": batch}
         ).scalars().all()
-        changed = db.session.execute(text(_REQUEUE if row["action"] == "requeue" else _DELETE),
-                                     {"ids": list(ids)}).rowcount if ids else 0
+        apply = jobs_admin.requeue_many if row["action"] == "requeue" else jobs_admin.delete_many
+        changed = apply(list(ids)) if ids else 0
         finished = len(ids) < batch
         db.session.execute(text(
             "UPDATE bulk_actions SET scanned_through = :through, processed = processed + :n, "

@@ -243,6 +243,31 @@ def delete(project_id: str, job_id: int, *, reason: str | None = None) -> None:
     db.session.commit()
 
 
+# A bulk action's batch (app/projects/bulk.py): the same rules as one job's
+# requeue and delete, for many ids in one statement; the rest are left as
+# they are (the caller counts them as skipped). Caller's transaction.
+_REQUEUE_MANY = f"""
+UPDATE jobs SET state = 'todo', resets = 0, not_before = now(), updated_at = now(),
+       lease_expires_at = NULL, last_error = NULL, deadline_at = NULL
+WHERE id = ANY(:ids) AND state IN ('failed', 'reset_exhausted')
+  AND NOT EXISTS (SELECT 1 FROM projects p WHERE p.id = jobs.project_id
+                  AND p.max_worker_attempts IS NOT NULL
+                  AND {states.distinct_workers('jobs.id')} >= p.max_worker_attempts)
+"""
+
+
+def requeue_many(job_ids: list[int]) -> int:
+    """Requeue those of ``job_ids`` that can be; returns how many were."""
+    return db.session.execute(text(_REQUEUE_MANY), {"ids": job_ids}).rowcount
+
+
+def delete_many(job_ids: list[int]) -> int:
+    """Delete those of ``job_ids`` not in flight; returns how many were."""
+    return db.session.execute(text(
+        "DELETE FROM jobs WHERE id = ANY(:ids) AND state NOT IN ('wip', 'staged')"),
+        {"ids": job_ids}).rowcount
+
+
 def valid_status(status) -> bool:
     return status in JOB_STATES
 

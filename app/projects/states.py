@@ -15,7 +15,7 @@ OWNERS = {
     "app/projects/leasing.py": "claims, lease expiry, the sweep, revoked workers, undelivered claims",
     "app/projects/outcomes.py": "complete, fail and extend reported by workers",
     "app/uploads/transitions.py": "uploads: admission, staging, bad files, archive, staged expiry",
-    "app/projects/jobs_admin.py": "the admin's requeue",
+    "app/projects/jobs_admin.py": "the admin's requeue, one job or a bulk action's batch",
     "app/imports/savewebhq_write.py": "rows copied from a SavewebHQ database in the states they "
                                       "had there (an import, not a transition)",
 }
