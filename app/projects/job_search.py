@@ -111,7 +111,7 @@ class JobFilter:
             parts.append("j.type = :f_type")
             params["f_type"] = self.type
         if self.error_code:
-            parts.append(f"j.last_error ->> 'code' = :f_code AND {ERROR_CURRENT}")
+            parts.append(f"j.last_error ->> 'code' = :f_code AND {_current_error(self.state)}")
             params["f_code"] = self.error_code
         if self.worker_id:
             parts.append("j.worker_id = :f_worker")
@@ -125,8 +125,18 @@ class JobFilter:
             parts.append("j.created_at < to_timestamp(:f_before)")
             params["f_before"] = self.created_before
         if self.q:
-            parts.append(_search_sql(self.q, params))
+            parts.append(_search_sql(self.q, params, self.state))
         return " AND ".join(parts) or "true", params
+
+
+def _current_error(state: str | None) -> str:
+    """ERROR_CURRENT, folded for a filter that names the state: an OR the
+    planner cannot see through would cost the (project, state, id) scan."""
+    if state is None:
+        return ERROR_CURRENT
+    if state in ("failed", "reset_exhausted"):
+        return "true"
+    return "j.attempts_count > 0" if state == "todo" else "false"
 
 
 def _refuse_constant(name: str):
@@ -141,7 +151,7 @@ def _prefix_sql(name: str, params: dict, prefix: str) -> str:
     return f"(left(j.value, {PREFIX_CHARS}) LIKE :{name} AND j.value LIKE :{name}_full)"
 
 
-def _search_sql(q: str, params: dict) -> str:
+def _search_sql(q: str, params: dict, state: str | None = None) -> str:
     if q.startswith("attr:"):
         key, found, raw = q[len("attr:"):].partition("=")
         if not found or not key:
@@ -164,7 +174,7 @@ def _search_sql(q: str, params: dict) -> str:
                                  details={"field": "q"})
         params["q_error"] = "%" + _like(needle) + "%"
         return (f"(j.last_error IS NOT NULL AND (j.last_error ->> 'message') ILIKE :q_error "
-                f"AND {ERROR_CURRENT})")
+                f"AND {_current_error(state)})")
     params["q_ext"] = q
     by_id = ""
     if q.isascii() and q.isdigit() and len(q) <= 18:
