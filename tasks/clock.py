@@ -1,7 +1,20 @@
-"""The scheduler process (``python -m tasks.clock``; run exactly one).
+"""The scheduler process (``python -m tasks.clock``; run as many as you like).
 
 Sends the periodic messages. Sub-minute periods are needed (leases are
 reaped every few seconds), so this is a small loop rather than cron syntax.
+
+Clocks elect themselves: each holds, or keeps trying to take, a PostgreSQL
+session advisory lock (:class:`Leadership`) on a direct connection of its
+own (``LISTEN_DSN``: never through a transaction-mode pooler, which would
+hand the session to someone else). Only the holder ticks; the others stand
+by and try again every ``RETRY_S``. PostgreSQL drops the lock when the
+holder's session ends — the process exits or is killed, its host or network
+goes — so another clock takes over within ``RETRY_S`` of PostgreSQL noticing
+(at once for a closed socket; a vanished host is noticed by TCP keepalives,
+``KEEPALIVE_S``). The holder checks its connection every ``CHECK_S`` and
+stops ticking the moment it is lost, so two clocks never tick for long at
+once; a duplicate tick is harmless anyway (every periodic actor is
+idempotent), a missing one only delays work.
 """
 from __future__ import annotations
 
@@ -9,6 +22,8 @@ import logging
 import os
 import signal
 import time
+
+import psycopg
 
 from tasks import actors
 
@@ -25,9 +40,73 @@ SCHEDULE = (
 )
 
 
-def run(schedule=SCHEDULE, stop=lambda: False) -> None:
+# Any 64-bit key of our own; the same in every clock of one database.
+LOCK_KEY = 0x466C656574485143  # "FleetHQC"
+RETRY_S = 1.0
+CHECK_S = 1.0
+KEEPALIVE_S = 5
+
+
+class Leadership:
+    """The clock lease: a session advisory lock held on a connection of its own."""
+
+    def __init__(self, dsn: str, key: int = LOCK_KEY):
+        self.dsn, self.key = dsn, key
+        self._conn = None
+        self.held = False
+
+    def _connect(self):
+        return psycopg.connect(self.dsn, autocommit=True, application_name="fleethq-clock",
+                               connect_timeout=5, keepalives=1, keepalives_idle=KEEPALIVE_S,
+                               keepalives_interval=KEEPALIVE_S, keepalives_count=2)
+
+    def acquire(self) -> bool:
+        """Take the lease if nobody holds it; True while this clock holds it."""
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = self._connect()
+            self.held = bool(self._conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()[0])
+        except psycopg.Error as exc:
+            log.warning("clock lease: database unreachable (%s)", exc.__class__.__name__)
+            self.release()
+        return self.held
+
+    def still_held(self) -> bool:
+        """Whether the session holding the lease is still alive."""
+        try:
+            self._conn.execute("SELECT 1")
+            return True
+        except (psycopg.Error, AttributeError):
+            self.release()
+            return False
+
+    def release(self) -> None:
+        self.held = False
+        if self._conn is not None:
+            try:
+                self._conn.close()  # ending the session releases the lock
+            except psycopg.Error:
+                pass
+        self._conn = None
+
+
+def run(schedule=SCHEDULE, stop=lambda: False, leadership: Leadership | None = None) -> None:
+    """Tick while this clock holds the lease (always, without ``leadership``)."""
     due = {actor.actor_name: 0.0 for actor, _ in schedule}
+    checked = 0.0
     while not stop():
+        if leadership is not None:
+            if not leadership.held:
+                if not leadership.acquire():
+                    time.sleep(RETRY_S)
+                    continue
+                log.info("clock leading (pid %s)", os.getpid())
+                due = {name: 0.0 for name in due}  # the last leader's ticks are unknown: tick now
+            elif time.monotonic() - checked >= CHECK_S:
+                checked = time.monotonic()
+                if not leadership.still_held():
+                    log.warning("clock lease lost: standing by")
+                    continue
         now = time.monotonic()
         for actor, period in schedule:
             if now >= due[actor.actor_name]:
@@ -42,14 +121,19 @@ def run(schedule=SCHEDULE, stop=lambda: False) -> None:
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s clock %(message)s")
     import tasks
-    tasks.setup_broker()
+    from app import config as app_config
+    settings = app_config.load()
+    tasks.setup_broker(settings)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    log.info("clock started")
+    leadership = Leadership(settings["LISTEN_DSN"])
+    log.info("clock started (pid %s): waiting for the clock lease", os.getpid())
     try:
-        run(stop=lambda: bool(stopping))
+        run(stop=lambda: bool(stopping), leadership=leadership)
     except KeyboardInterrupt:
         pass
+    finally:
+        leadership.release()
 
 
 if __name__ == "__main__":
