@@ -55,7 +55,14 @@ class LanguagePrefix:
 
 
 def page_language() -> str:
-    """The language of this request (see the module's docstring)."""
+    """The language of this request (see the module's docstring), worked
+    out once per request: a page formats many times and numbers."""
+    if "language" not in g:
+        g.language = _choose()
+    return g.language
+
+
+def _choose() -> str:
     if request.path.startswith(MACHINE_PREFIXES):
         return "en"
     chosen = request.environ.get(ENVIRON_KEY) or request.cookies.get(COOKIE)
@@ -134,10 +141,6 @@ def init_app(app: Flask) -> None:
             response.set_cookie(COOKIE, chosen, max_age=COOKIE_MAX_AGE_S, samesite="Lax",
                                 secure=request.is_secure, httponly=True)
         return response
-
-    @app.before_request
-    def _language():
-        g.language = page_language()
 
 
 __all__ = ["LANGUAGES", "LanguagePrefix", "ago", "byte_size", "get_locale", "init_app", "number",

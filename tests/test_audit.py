@@ -150,6 +150,19 @@ def test_the_page_filters_and_pages_by_id(app, pages, client, admin_token):
     assert "No audit rows match this filter" in pages.text("/admin/audit?actor=nobody")
 
 
+def test_reasons_and_details_are_bounded(app):
+    from app import audit
+    from app.extensions import db
+    with app.app_context():
+        audit.acting_as("user:t")
+        audit.record("test.long", "test", "1", {"ids": list(range(5000))}, reason="r" * 5000)
+        db.session.commit()
+        db.session.remove()
+    (row,) = _rows(app, action="test.long")
+    assert len(row["reason"]) == audit.REASON_MAX
+    assert row["details"]["truncated"] is True and row["details"]["bytes"] > audit.DETAILS_MAX_BYTES
+
+
 def test_retention_prunes_old_rows_only(app, client, admin_token):
     from app.ops import retention
     api = Api(client, admin_token)

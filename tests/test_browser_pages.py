@@ -9,6 +9,8 @@ missing is a failure; so is a Content-Security-Policy violation or a
 JavaScript dialog."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import requests
 
@@ -68,9 +70,13 @@ def test_every_main_page_in_both_languages(tab, site, api, lang):  # noqa: F811
     tab.click(".mainnav >> text=" + ("工作节点" if lang == "zh" else "Workers"))
     tab.wait_for_url(f"{site.url}/{lang}/admin/workers")
     assert tab.locator('.mainnav a[aria-current="page"]').inner_text() == ("工作节点" if lang == "zh" else "Workers")
-    # Numbers follow the language (grouping) and dates carry UNIX seconds with UTC.
+    # Times: UNIX seconds with the UTC date beside them, in the language's form.
     tab.goto(f"{site.url}/{lang}/admin/projects/papers")
-    assert "UTC" in tab.locator("#jobs").inner_text() or tab.locator("#jobs table").count() == 1
+    tab.locator('#jobs a[href*="/admin/jobs/"]').first.click()
+    created = tab.locator("#state tr", has_text="创建时间" if lang == "zh" else "created").locator("td")
+    shown = r"\d{10} \(\d{4}年\d{1,2}月\d{1,2}日 \d\d:\d\d:\d\d UTC\)" if lang == "zh" else \
+        r"\d{10} \(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)"
+    assert re.fullmatch(shown, created.first.inner_text()), created.first.inner_text()
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])

@@ -64,6 +64,7 @@ def test_search_finds_by_id_external_id_value_prefix_attribute_and_error(pages, 
     assert len(_found(pages.text(f"{base}?created_after=2000-01-01"))) == 6
     assert _found(pages.text(f"{base}?created_before=2000-01-01")) == []
     for bad, said in (("q=attr:pages", "attr:key=value"), ("q=error:ab", "at least 3"),
+                      ("q=" + "x" * 257, "limited to 256 characters"),
                       ("state=lost", "unknown job state"), ("created_after=yesterday", "created_after")):
         response = pages.get(f"{base}?{bad}")
         assert response.status_code == 400 and said in response.get_data(as_text=True), bad

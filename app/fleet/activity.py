@@ -14,6 +14,7 @@ from app.extensions import db
 
 RECENT_TASKS = 100
 FAILED_STATES = ("failed", "expired", "cancelled")
+_FAILED_SQL = f"a.state IN ({', '.join(repr(s) for s in FAILED_STATES)})"
 
 _RECENT = text("""
 SELECT a.id, a.job_id, a.project_id, j.value, a.state, a.created_at, a.finished_at,
@@ -47,16 +48,16 @@ def recent_tasks(worker_id: str, owner: str | None, limit: int = RECENT_TASKS) -
     return out
 
 
-_COUNTS = text("""
+_COUNTS = text(f"""
 SELECT w.worker_id, w.owner, c.*
 FROM unnest(CAST(:ids AS text[]), CAST(:owners AS text[])) AS w(worker_id, owner)
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE a.state = 'done' AND a.finished_at > now() - interval '1 hour') AS done_hour,
-           count(*) FILTER (WHERE a.state IN ('failed', 'expired', 'cancelled')
+           count(*) FILTER (WHERE {_FAILED_SQL}
                             AND a.finished_at > now() - interval '1 hour') AS failed_hour,
            COALESCE(sum(u.size) FILTER (WHERE a.finished_at > now() - interval '1 hour'), 0) AS bytes_hour,
            count(*) FILTER (WHERE a.state = 'done') AS done_day,
-           count(*) FILTER (WHERE a.state IN ('failed', 'expired', 'cancelled')) AS failed_day,
+           count(*) FILTER (WHERE {_FAILED_SQL}) AS failed_day,
            COALESCE(sum(u.size), 0) AS bytes_day
     FROM attempts a LEFT JOIN uploads u ON u.attempt_id = a.id AND u.state = 'done'
     WHERE a.worker_id = w.worker_id AND COALESCE(a.worker_owner, '') = w.owner

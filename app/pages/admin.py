@@ -97,6 +97,20 @@ def shown_once(template: str, **context):
     return response
 
 
+def form_reason() -> str | None:
+    """The reason the admin typed, where a form asks for one (the audit log
+    keeps it, trimmed to its limit); None when the field is empty."""
+    return (request.form.get("reason") or "").strip() or None
+
+
+def cursor_arg(name: str = "before_id") -> int | None:
+    """A paging cursor from the query string; anything but a decimal id is no cursor."""
+    try:
+        return decimal_id(request.args.get(name), name) if request.args.get(name) else None
+    except InvalidRequest:
+        return None
+
+
 def decimal_id(raw, field: str = "job_id") -> int:
     """A job, attempt or delivery id from a form or URL (decimal, ≤ 18 digits)."""
     raw = (raw or "").strip()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import render_template, request, url_for
 
 from app import audit
-from app.pages.admin import bp
+from app.pages.admin import bp, cursor_arg
 
 PAGE_SIZE = 100
 FILTERS = ("actor", "action", "object_kind", "object_id")
@@ -14,9 +14,7 @@ FILTERS = ("actor", "action", "object_kind", "object_id")
 @bp.get("/audit")
 def audit_log():
     filters = {name: request.args.get(name, "").strip() or None for name in FILTERS}
-    raw_before = request.args.get("before_id", "")
-    before = int(raw_before) if raw_before.isascii() and raw_before.isdigit() and len(raw_before) < 19 else None
-    page = audit.listing(**filters, before_id=before, limit=PAGE_SIZE)
+    page = audit.listing(**filters, before_id=cursor_arg(), limit=PAGE_SIZE)
     older = page["next_before_id"] and url_for(
         "admin.audit_log", before_id=page["next_before_id"], **{k: v for k, v in filters.items() if v})
     return render_template("admin/audit.html", filters=filters, page=page, older=older,

@@ -16,7 +16,7 @@ from flask_babel import gettext as _
 from app import audit
 from app.errors import FleetError, InvalidRequest, NotFound
 from app.extensions import db
-from app.pages.admin import actor, bp, done, explain, go, refuse
+from app.pages.admin import actor, bp, cursor_arg, done, explain, form_reason, go, refuse
 from app.projects import bulk, job_search, service
 from app.projects.models import BULK_ACTIONS, JOB_STATES
 from workers.protocol import JOB_TYPES
@@ -39,9 +39,7 @@ def job_search_page(project_id):
     error, result, found = None, None, job_search.JobFilter()
     try:
         found = job_search.JobFilter.from_args(request.args)
-        raw_before = request.args.get("before_id", "")
-        before = int(raw_before) if raw_before.isascii() and raw_before.isdigit() and len(raw_before) <= 18 else None
-        result = job_search.search(project_id, found, before_id=before)
+        result = job_search.search(project_id, found, before_id=cursor_arg())
     except InvalidRequest as exc:
         error = exc.message
     older = result and result["next_before_id"] and url_for(
@@ -80,7 +78,7 @@ def bulk_start(project_id):
     if request.form.get("confirm") != "yes":
         return refuse(_("Tick the confirmation box first."), "admin.bulk_confirm", project_id=project_id,
                       action=action, **back)
-    reason = (request.form.get("reason") or "").strip()[:audit.REASON_MAX] or None
+    reason = form_reason()
     if action == "delete" and reason is None:
         return refuse(_("Say why in the reason field: a bulk delete is kept in the audit log."),
                       "admin.bulk_confirm", project_id=project_id, action=action, **back)

@@ -33,11 +33,22 @@ def _result(result) -> str:
              inserted=result.inserted)
 
 
-def _normalize(raw, mode: str, line: int) -> dict:
+def _normalize(raw, mode: str, where: str, **details) -> dict:
+    """``where``: "line 3" of pasted text, "job 0" of an array."""
     try:
         return normalize_jobspec(raw, mode)
     except SpecError as exc:
-        raise InvalidJob(f"line {line}: {exc}", details={"field": exc.field}) from None
+        raise InvalidJob(f"{where}: {exc}", details={"field": exc.field, **details}) from None
+
+
+def _loads(text: str, where: str = ""):
+    prefix = f"{where}: " if where else ""
+    try:
+        return strict_json_loads(text)
+    except JsonTooDeep as exc:
+        raise InvalidJob(f"{prefix}refused: {exc}") from None
+    except ValueError as exc:
+        raise InvalidJob(f"{prefix}not valid JSON ({exc})") from None
 
 
 def _lines(text: str) -> list[tuple[int, str]]:
@@ -59,42 +70,23 @@ def specs_from_values(text: str, mode: str, job_type: str) -> list[dict]:
         raw = {"value": value, "type": job_type}
         if mode == "external_id":
             raw["id"] = default_job_id(value, job_type)
-        specs.append(_normalize(raw, mode, n))
+        specs.append(_normalize(raw, mode, f"line {n}"))
     return specs
 
 
 def specs_from_jsonl(text: str, mode: str) -> list[dict]:
     specs = []
-    for n, line in _lines(text):
-        try:
-            raw = strict_json_loads(line)
-        except JsonTooDeep as exc:
-            raise InvalidJob(f"line {n}: refused: {exc}") from None
-        except ValueError as exc:
-            raise InvalidJob(f"line {n}: not valid JSON ({exc})") from None
-        specs.append(_normalize(raw, mode, n))
-    return specs
+    return [_normalize(_loads(line, f"line {n}"), mode, f"line {n}") for n, line in _lines(text)]
 
 
 def specs_from_array(text: str, mode: str) -> list[dict]:
     """A JSON array of JobSpecs, as SavewebHQ's enqueue page takes it."""
     if not text.strip():
         raise InvalidRequest("nothing to enqueue: paste a JSON array of jobs")
-    try:
-        raw = strict_json_loads(text)
-    except JsonTooDeep as exc:
-        raise InvalidJob(f"refused: {exc}") from None
-    except ValueError as exc:
-        raise InvalidJob(f"not valid JSON ({exc})") from None
+    raw = _loads(text)
     if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_ARRAY_JOBS:
         raise InvalidJob(f"expected a JSON array of 1 to {MAX_ARRAY_JOBS} jobs")
-    specs = []
-    for n, item in enumerate(raw):
-        try:
-            specs.append(normalize_jobspec(item, mode))
-        except SpecError as exc:
-            raise InvalidJob(f"job {n}: {exc}", details={"field": exc.field, "index": n}) from None
-    return specs
+    return [_normalize(item, mode, f"job {n}", index=n) for n, item in enumerate(raw)]
 
 
 @bp.post("/projects/<segment:project_id>/enqueue/json")

@@ -6,11 +6,10 @@ from flask import abort, current_app, redirect, render_template, request, url_fo
 from flask_babel import gettext as _, ngettext
 from sqlalchemy import text
 
-from app import audit
 from app.errors import Conflict, FleetError, InvalidRequest, NotFound
 from app.extensions import db
 from app.pages import admin_lookups
-from app.pages.admin import attempt, bp, decimal_id, done, explain, refuse
+from app.pages.admin import attempt, bp, decimal_id, done, explain, form_reason, refuse
 from app.projects import jobs_admin, service
 from app.uploads import receipts
 
@@ -133,7 +132,7 @@ def bulk_jobs(project_id):
     if action == "delete" and request.form.get("confirm") != "yes":
         return refuse(_("Tick the confirmation box to delete the selected jobs."), "admin.project",
                       **back)
-    reason = (request.form.get("reason") or "").strip()[:audit.REASON_MAX] or None
+    reason = form_reason()
     if action == "delete" and reason is None:
         return refuse(_("Say why in the reason field: a bulk delete is kept in the audit log."),
                       "admin.project", **back)

@@ -19,7 +19,7 @@ from app.fleet import activity, lanes, listing
 from app.fleet import service as fleet
 from app.fleet.models import TIERS
 from app.pages import admin_lookups, aggregates
-from app.pages.admin import actor, attempt, bp, refuse, shown_once
+from app.pages.admin import actor, attempt, bp, form_reason, refuse, shown_once
 from app.pages.links import master_url
 from app.uploads import held
 from app.uploads.spool import Spool
@@ -94,16 +94,11 @@ def _unconfirmed(action: str, endpoint: str, **values):
     return refuse(_("Tick the box to confirm: %(action)s.", action=action), endpoint, action=action, **values)
 
 
-def _reason(action: str) -> str | None:
-    """The admin's reason, where the page asks for one; None if it is missing."""
-    return (request.form.get("reason") or "").strip()[:audit.REASON_MAX] or None
-
-
 @bp.post("/workers/node/<node_id>/<action>")
 def decide_node(node_id, action):
     if request.form.get("confirm") != "yes":
         return _unconfirmed(action, "admin.node", node_id=node_id)
-    reason = _reason(action)
+    reason = form_reason()
     if action in REASON_ACTIONS and reason is None:
         return refuse(_("Say why: a %(action)s needs a reason.", action=action), "admin.node", action=action, node_id=node_id)
     return attempt(lambda: fleet.decide(node_id, action, actor=actor(), reason=reason),
@@ -114,7 +109,7 @@ def decide_node(node_id, action):
 def decide_token_worker(user_id, worker_id, action):
     if request.form.get("confirm") != "yes":
         return _unconfirmed(action, "admin.token_worker", user_id=user_id, worker_id=worker_id)
-    reason = _reason(action)
+    reason = form_reason()
     if action in REASON_ACTIONS and reason is None:
         return refuse(_("Say why: a %(action)s needs a reason.", action=action), "admin.token_worker", action=action,
                       user_id=user_id, worker_id=worker_id)

@@ -65,23 +65,21 @@ def start(project_id: str, action: str, found: JobFilter, *, actor: str, reason:
     return action_id
 
 
+_SHOWN = ("SELECT id, project_id, action, filter, state, matched, processed, changed, skipped, "
+          "last_error, created_by, reason, created_at, updated_at, finished_at FROM bulk_actions ")
+
+
 def get(project_id: str, action_id: int) -> dict:
-    row = db.session.execute(text(
-        "SELECT id, project_id, action, filter, state, matched, processed, changed, skipped, "
-        "last_error, created_by, reason, created_at, updated_at, finished_at "
-        "FROM bulk_actions WHERE id = :i AND project_id = :p"), {"i": action_id, "p": project_id}
-    ).mappings().first()
+    row = db.session.execute(text(_SHOWN + "WHERE id = :i AND project_id = :p"),
+                             {"i": action_id, "p": project_id}).mappings().first()
     if row is None:
         raise NotFound(f"no bulk action {action_id} in project {project_id!r}")
     return _view(row)
 
 
 def recent(project_id: str, limit: int = 10) -> list[dict]:
-    rows = db.session.execute(text(
-        "SELECT id, project_id, action, filter, state, matched, processed, changed, skipped, "
-        "last_error, created_by, reason, created_at, updated_at, finished_at "
-        "FROM bulk_actions WHERE project_id = :p ORDER BY id DESC LIMIT :n"),
-        {"p": project_id, "n": limit}).mappings().all()
+    rows = db.session.execute(text(_SHOWN + "WHERE project_id = :p ORDER BY id DESC LIMIT :n"),
+                              {"p": project_id, "n": limit}).mappings().all()
     return [_view(r) for r in rows]
 
 
@@ -141,20 +139,18 @@ def run(action_id: int, *, slice_s: float = SLICE_S, batch: int = BATCH) -> str:
         apply = jobs_admin.requeue_many if row["action"] == "requeue" else jobs_admin.delete_many
         changed = apply(list(ids)) if ids else 0
         finished = len(ids) < batch
-        db.session.execute(text(
+        totals = db.session.execute(text(
             "UPDATE bulk_actions SET scanned_through = :through, processed = processed + :n, "
             "changed = changed + :c, skipped = skipped + :n - :c, updated_at = now(), "
             "state = CASE WHEN :fin THEN 'done' ELSE state END, "
-            "finished_at = CASE WHEN :fin THEN now() END WHERE id = :i"),
+            "finished_at = CASE WHEN :fin THEN now() END WHERE id = :i "
+            "RETURNING processed, changed, skipped"),
             {"through": ids[-1] if ids else row["scanned_through"], "n": len(ids), "c": changed,
-             "fin": finished, "i": action_id})
+             "fin": finished, "i": action_id}).mappings().one()
         if changed and row["action"] == "requeue":
             wakeups.notify(row["project_id"])
         if finished:
             outbox.done(TOPIC, action_id)
-            totals = db.session.execute(text(
-                "SELECT processed, changed, skipped FROM bulk_actions WHERE id = :i"),
-                {"i": action_id}).mappings().one()
             audit.record(f"jobs.bulk_{row['action']}_done", "project", row["project_id"],
                          {"bulk_action": action_id, **totals})
             db.session.commit()

@@ -34,11 +34,11 @@ Q_MAX_CHARS = 256
 PREFIX_CHARS = 256      # the indexed length of a value (ix_jobs_value_prefix)
 MIN_ERROR_CHARS = 3     # trigrams: shorter text cannot use the index
 # A job's last error is its current one only while it is failed, exhausted
-# or queued for a retry: a retried job that runs again or finished keeps
-# the old error in last_error, which error searches must not match (a bulk
-# delete of "error:timeout" would otherwise take done jobs with it).
-ERROR_CURRENT = ("(j.state IN ('failed', 'reset_exhausted') "
-                 "OR (j.state = 'todo' AND j.attempts_count > 0))")
+# or queued for a retry (a tried job back in the queue): a retried job that
+# runs again or finished keeps the old error in last_error, which error
+# searches must not match (a bulk delete of "error:timeout" would otherwise
+# take done jobs with it). State → the condition within it.
+ERROR_STATES = {"failed": "true", "reset_exhausted": "true", "todo": "j.attempts_count > 0"}
 
 
 def _like(prefix: str) -> str:
@@ -130,13 +130,12 @@ class JobFilter:
 
 
 def _current_error(state: str | None) -> str:
-    """ERROR_CURRENT, folded for a filter that names the state: an OR the
-    planner cannot see through would cost the (project, state, id) scan."""
-    if state is None:
-        return ERROR_CURRENT
-    if state in ("failed", "reset_exhausted"):
-        return "true"
-    return "j.attempts_count > 0" if state == "todo" else "false"
+    """Whether a job's last error is current, folded into the filter's state
+    when it names one: an OR the planner cannot see through would cost the
+    (project, state, id) scan."""
+    if state is not None:
+        return ERROR_STATES.get(state, "false")
+    return "(" + " OR ".join(f"(j.state = '{s}' AND {c})" for s, c in ERROR_STATES.items()) + ")"
 
 
 def _refuse_constant(name: str):
@@ -199,7 +198,7 @@ ORDER BY j.id DESC LIMIT :n
 # trigram index asked.
 ERROR_PROBE_ROWS = 2000
 _WINDOW_LOW = """
-SELECT j.id FROM jobs j WHERE j.project_id = :project AND j.state = :state {only} {cursor}
+SELECT j.id FROM jobs j WHERE j.project_id = :project AND j.state = :state AND {only} {cursor}
 ORDER BY j.id DESC OFFSET :probe LIMIT 1
 """
 # MATERIALIZED: the window is read through the (project, state, id) btree;
@@ -209,19 +208,17 @@ _IN_WINDOW = """
 WITH w AS MATERIALIZED (
     SELECT j.id, j.ext_id, j.value, j.type, j.state, j.worker_id, j.worker_owner, j.last_error,
            j.created_at, j.updated_at, j.attempts_count
-    FROM jobs j WHERE j.project_id = :project AND j.state = :state {only} AND j.id > :low {cursor}
+    FROM jobs j WHERE j.project_id = :project AND j.state = :state AND {only} AND j.id > :low {cursor}
     ORDER BY j.id DESC LIMIT :probe
 )
 SELECT * FROM w j WHERE {where} ORDER BY j.id DESC LIMIT :n
 """
-# Where jobs with a last error are: finished for good, or back in the queue
-# for a retry — a todo job with an error has been tried (the small
-# ix_jobs_todo_tried index holds those; the untried backlog is skipped).
-_ERROR_STATES = {"failed": "", "reset_exhausted": "", "todo": "AND j.attempts_count > 0"}
 
 
 def _newest_errors(found: JobFilter, where: str, cursor: str, values: dict) -> list | None:
-    states = {found.state: _ERROR_STATES.get(found.state, "")} if found.state else _ERROR_STATES
+    # The windows are read where current errors are (ERROR_STATES); queued
+    # jobs through the small ix_jobs_todo_tried, not the untried backlog.
+    states = {found.state: _current_error(found.state)} if found.state else ERROR_STATES
     lows = {state: db.session.execute(text(_WINDOW_LOW.format(cursor=cursor, only=only)), {
         **values, "state": state, "probe": ERROR_PROBE_ROWS - 1}).scalar() or 0
         for state, only in states.items()}
@@ -232,7 +229,7 @@ def _newest_errors(found: JobFilter, where: str, cursor: str, values: dict) -> l
             **values, "state": state, "low": cut - 1 if cut else 0,
             "probe": ERROR_PROBE_ROWS}).mappings().all()
     rows.sort(key=lambda r: r["id"], reverse=True)
-    return rows if len(rows) > values["n"] - 1 else None
+    return rows if len(rows) >= values["n"] else None  # a full page and one more
 
 
 def search(project_id: str, found: JobFilter, *, before_id: int | None = None,

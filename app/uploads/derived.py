@@ -175,21 +175,20 @@ def for_archive(attempt_id: int, job_id: int) -> Archived | None:
                     facts["source_project_id"], facts["languages"], body or "")
 
 
-def index_source_text(attempt_id: int, facts) -> bool:
+def index_source_text(attempt_id: int, facts) -> None:
     """A skipped derived job (its source needed no OCR): the source's own
     text, if the worker sent it, into the index, in the caller's transaction,
     so a born-digital paper is found by its words like a scanned one."""
     body = db.session.execute(text("SELECT body FROM upload_texts WHERE attempt_id = :a"),
                               {"a": attempt_id}).scalar()
     if body is None:
-        return False
+        return
     try:
         with db.session.begin_nested():  # a failed index must not undo the skip
             index_paper(facts["source_key"], facts["source_project_id"], body)
     except FleetError as exc:
         log.warning("text of skipped attempt %s not indexed: %s", attempt_id, exc.message)
     forget_text(attempt_id)
-    return True
 
 
 def forget_text(attempt_id: int) -> None:
