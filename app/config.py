@@ -74,7 +74,7 @@ class Defaults:
     PUBLIC_URL = None
     DEV_MODE = False
     LOG_JSON = True
-    SQLALCHEMY_ENGINE_OPTIONS = {"pool_size": 10, "max_overflow": 20, "pool_pre_ping": True,
+    SQLALCHEMY_ENGINE_OPTIONS = {"pool_size": 10, "max_overflow": 20,
                                  "connect_args": {"application_name": "fleethq-web"}}
     # Who carries the outbox's after-commit hints: "dramatiq" (the tasks
     # process, through Redis) or "recording" (kept in memory; tests).
@@ -139,7 +139,7 @@ def load(overrides: dict | None = None) -> dict:
         _bounded_int(cfg, key, low, high)
     cfg["SQLALCHEMY_BINDS"] = {"fleet": {
         "url": cfg["SQLALCHEMY_DATABASE_URI"], "pool_size": size, "max_overflow": 0,
-        "pool_pre_ping": True, "connect_args": {"application_name": "fleethq-fleet"}}}
+        "connect_args": {"application_name": "fleethq-fleet"}}}
     cfg["LISTEN_DSN"] = libpq_url(cfg["SQLALCHEMY_DATABASE_URI"])
     return cfg
 

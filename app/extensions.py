@@ -1,9 +1,10 @@
 """Extensions, created unbound; ``create_app`` binds them."""
-from flask import g, has_request_context
+import functools
+
 from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
 from flask_sqlalchemy.session import Session
-from sqlalchemy import MetaData
+from sqlalchemy import MetaData, text
 
 # Stable constraint names keep Alembic autogenerate and the drift test honest.
 NAMING = {
@@ -20,16 +21,57 @@ FLEET_BIND = "fleet"
 class RoutedSession(Session):
     """Worker traffic (fleet and job routes) runs on its own connection pool
     (DESIGN §12), so busy admin pages can never starve heartbeats, claims and
-    uploads of connections, nor the other way round. The routes mark
-    themselves with ``g.fleet_pool``; everything else uses the default pool.
+    uploads of connections, nor the other way round. The routes mark their
+    request's session with ``use_fleet_pool`` (kept in the session's own
+    ``info``: looking up ``g`` on every statement costs the hot routes); the
+    session ends with the request, everything else uses the default pool.
     """
 
     def get_bind(self, mapper=None, clause=None, bind=None, **kwargs):
-        if bind is None and has_request_context() and g.get("fleet_pool"):
+        if bind is None and self.info.get(FLEET_BIND):
             return self._db.engines[FLEET_BIND]
         return super().get_bind(mapper=mapper, clause=clause, bind=bind, **kwargs)
 
 
+def use_fleet_pool() -> None:
+    """Run the rest of this request's statements on the fleet pool."""
+    db.session.info[FLEET_BIND] = True
+
+
+# The hot worker routes run a handful of fixed statements: building a
+# TextClause parses its bind parameters with a regex, so each text is built
+# once and reused (SQLAlchemy statements are immutable once built).
+statement = functools.lru_cache(maxsize=256)(text)
+
 db = SQLAlchemy(metadata=MetaData(naming_convention=NAMING),
                 session_options={"class_": RoutedSession})
 migrate = Migrate()
+
+
+# A pooled connection idle longer than this is pinged before use; one handed
+# back moments ago is not. Under load that saves a round trip per request (the
+# claim + complete cycle is four round trips without it, six with
+# ``pool_pre_ping``); after a database restart, a connection used within this
+# window fails its request once, and SQLAlchemy then retires the whole pool.
+PING_AFTER_IDLE_S = 2.0
+
+
+def ping_idle_connections(engine) -> None:
+    """Install the idle-only liveness check on ``engine``'s pool."""
+    import time
+
+    from sqlalchemy import event, exc
+
+    @event.listens_for(engine, "checkin")
+    def _stamp(dbapi_connection, record):
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping(dbapi_connection, record, proxy):
+        idle_since = record.info.pop("idle_since", None)
+        if idle_since is None or time.monotonic() - idle_since < PING_AFTER_IDLE_S:
+            return  # brand new, or in use a moment ago
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as error:  # the pool retries the checkout on a fresh connection
+            raise exc.DisconnectionError(str(error)) from error

@@ -4,10 +4,11 @@ from __future__ import annotations
 import logging
 import math
 
-from flask import Blueprint, current_app, g, jsonify, request
+from flask import Blueprint, current_app, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from app.errors import FleetError
+from app.extensions import use_fleet_pool
 
 log = logging.getLogger(__name__)
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
@@ -64,7 +65,7 @@ def init_app(app) -> None:
         # Heartbeats, claims, outcomes, uploads and receipts use the fleet pool.
         path = request.path
         if path.startswith(("/api/v1/fleet/", "/api/v1/projects/")):
-            g.fleet_pool = True
+            use_fleet_pool()
 
     @app.after_request
     def _no_store(response):

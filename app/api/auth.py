@@ -16,7 +16,7 @@ from app.accounts import service as accounts
 from app.accounts import tokens
 from app.accounts.service import Principal
 from app.errors import InvalidToken, PermissionDenied, UpgradeRequired
-from app.extensions import db
+from app.extensions import db, statement
 from app.fleet import service as fleet
 from app.fleet.lanes import Lane
 from app.projects import service as projects
@@ -98,7 +98,7 @@ def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
     """
     token = bearer()
     if token.startswith(fleet.NODE_SECRET_PREFIX):
-        row = db.session.execute(text(_NODE_CALL), {"p": project_id,
+        row = db.session.execute(statement(_NODE_CALL), {"p": project_id,
                                                     "h": tokens.digest(token)}).first()
         if row is None or not tokens.matches(token, row[2]) or row[1] in ("rejected", "revoked"):
             raise InvalidToken("invalid node secret")
@@ -112,7 +112,7 @@ def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
         worker = Worker(worker_id=row[0], owner=None)
         mapped = None
     else:
-        row = db.session.execute(text(_TOKEN_CALL), {"p": project_id, "w": worker_id,
+        row = db.session.execute(statement(_TOKEN_CALL), {"p": project_id, "w": worker_id,
                                                      **accounts.lookup_params(token)}).first()
         if row is None:
             raise InvalidToken("invalid machine token")

@@ -9,12 +9,14 @@ or it belongs to the worker named.
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 
 from sqlalchemy import text
 
 from app.errors import Conflict, RateLimited
-from app.extensions import db
+from app.extensions import db, statement
 from app.fleet.lanes import REMOTE_ON_SQL, Lane, first_choice_free
 from app.projects import ratelimit, states, wakeups
 from app.projects.models import Project
@@ -131,6 +133,7 @@ def _lane_filter(project: Project, lane: Lane, stale_s: float) -> tuple[str, boo
     return " ".join(parts), held
 
 
+@functools.lru_cache(maxsize=128)
 def _claim_sql(order: str, accept_types: tuple[str, ...], prefer_new_worker: bool = False,
                worker_cap: bool = False, lane_filter: str = "") -> str:
     type_filter = "" if set(accept_types) >= {"seed", "asset"} else "AND type = ANY(:types)"
@@ -236,7 +239,7 @@ def claim(project: Project, worker: Worker, *, max_jobs: int, lease_seconds: int
                                   details={"dispatch_qps": project.dispatch_qps})
             return ClaimResult([], IDLE_RETRY_MS, project.policy_version)
     lane_filter, held = _lane_filter(project, lane, stale_after_s)
-    sql = text(_claim_sql(project.claim_order, accept_types, project.prefer_new_worker,
+    sql = statement(_claim_sql(project.claim_order, accept_types, project.prefer_new_worker,
                           project.max_worker_attempts is not None, lane_filter))
     params = {"p": project.id, "w": worker.worker_id, "o": worker.owner, "n": want,
               "lease": float(lease_seconds), "attempt_timeout": project.attempt_timeout_seconds,
