@@ -9,11 +9,13 @@ install: $(VENV)/.installed
 
 # Debian packages the browser, page and OCR work needs: Chromium (Playwright
 # cannot download browsers here), a CJK font (the Chinese pages' screenshots)
-# and Tesseract 5 with the English, Polish and orientation (osd) packs. Only what is missing is installed; without root
+# Tesseract 5 with the English, Polish and orientation (osd) packs, and
+# PgBouncer (the transaction-pooler tests). Only what is missing is installed; without root
 # the missing names are printed and the tests that need them fail.
 SYSTEM_PACKAGES_MISSING = $(strip \
 	$(if $(shell command -v chromium),,chromium) \
 	$(if $(shell command -v tesseract),,tesseract-ocr) \
+	$(if $(wildcard /usr/sbin/pgbouncer),,pgbouncer) \
 	$(if $(wildcard /usr/share/fonts/truetype/wqy/wqy-zenhei.ttc),,fonts-wqy-zenhei) \
 	$(foreach pack,eng osd pol,$(if $(wildcard /usr/share/tesseract-ocr/5/tessdata/$(pack).traineddata),,tesseract-ocr-$(pack))))
 

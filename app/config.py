@@ -83,6 +83,12 @@ class Defaults:
     STUB_BROKER = False
     # Worker traffic has its own pool (DESIGN §12: 16..64, default 20).
     FLEET_POOL_SIZE = 20
+    # "transaction" when DATABASE_URL is a transaction-mode pooler (PgBouncer):
+    # no server-side prepared statements, and DIRECT_DATABASE_URL required for
+    # what must keep one server session (LISTEN, the clock's advisory lock).
+    DATABASE_POOLER = "none"
+    # The database itself, bypassing any pooler; defaults to DATABASE_URL.
+    DIRECT_DATABASE_URL = None
 
 
 def _coerce(key: str, raw: str):
@@ -137,14 +143,37 @@ def load(overrides: dict | None = None) -> dict:
     size = _bounded_int(cfg, "FLEET_POOL_SIZE", 16, 64)
     for key, low, high in RETENTION_BOUNDS:
         _bounded_int(cfg, key, low, high)
+    session_args = _pooler_connect_args(cfg)
+    cfg["SQLALCHEMY_ENGINE_OPTIONS"] = {
+        **cfg["SQLALCHEMY_ENGINE_OPTIONS"],
+        "connect_args": {**cfg["SQLALCHEMY_ENGINE_OPTIONS"].get("connect_args", {}), **session_args}}
     cfg["SQLALCHEMY_BINDS"] = {"fleet": {
         "url": cfg["SQLALCHEMY_DATABASE_URI"], "pool_size": size, "max_overflow": 0,
-        "connect_args": {"application_name": "fleethq-fleet"}}}
-    cfg["LISTEN_DSN"] = libpq_url(cfg["SQLALCHEMY_DATABASE_URI"])
+        "connect_args": {"application_name": "fleethq-fleet", **session_args}}}
+    cfg["LISTEN_DSN"] = libpq_url(sqlalchemy_url(cfg["DIRECT_DATABASE_URL"] or cfg["DATABASE_URL"]))
     return cfg
 
 
 OUTBOX_SENDERS = ("dramatiq", "recording")
+DATABASE_POOLERS = ("none", "transaction")
+
+
+def _pooler_connect_args(cfg: dict) -> dict:
+    """psycopg arguments for the pooled engines. Behind a transaction-mode
+    pooler one client's transactions land on different server sessions, so a
+    statement prepared in one would be missing (or already taken) in the next:
+    psycopg must never prepare (``prepare_threshold=None``)."""
+    pooler = cfg["DATABASE_POOLER"]
+    if pooler not in DATABASE_POOLERS:
+        raise ValueError(f"DATABASE_POOLER must be one of {', '.join(DATABASE_POOLERS)}, "
+                         f"not {pooler!r}")
+    if pooler == "none":
+        return {}
+    if not cfg["DIRECT_DATABASE_URL"]:
+        raise ValueError("DATABASE_POOLER=transaction needs DIRECT_DATABASE_URL: LISTEN/NOTIFY "
+                         "and the clock's lease hold one server session, which a "
+                         "transaction-mode pooler cannot give")
+    return {"prepare_threshold": None}
 
 # (setting, lowest, highest); 0 disables a KEEP_* kind.
 RETENTION_BOUNDS = (
