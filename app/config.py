@@ -45,6 +45,9 @@ class Defaults:
     POLICY_REFRESH_MS = 60_000
     # Spool and uploads (DESIGN §8, §12).
     SPOOL_MAX_BYTES = 2 * 1024**3
+    # Where verified uploads wait for the archive: "local" (SPOOL_DIR, shared
+    # by web and tasks) or "s3" (a staging prefix in the S3 store; no shared disk).
+    SPOOL_BACKEND = "local"
     UPLOAD_MIN_BYTES = 10 * 1024
     UPLOAD_MAX_BYTES = 100 * 1024 * 1024
     STAGED_RETENTION_S = 7 * 24 * 3600
@@ -144,6 +147,10 @@ def load(overrides: dict | None = None) -> dict:
     for key, low, high in RETENTION_BOUNDS:
         _bounded_int(cfg, key, low, high)
     session_args = _pooler_connect_args(cfg)
+    if cfg["SPOOL_BACKEND"] not in ("local", "s3"):
+        raise ValueError(f"SPOOL_BACKEND must be local or s3, not {cfg['SPOOL_BACKEND']!r}")
+    if cfg["SPOOL_BACKEND"] == "s3" and not cfg.get("S3_BUCKET"):
+        raise ValueError("SPOOL_BACKEND=s3 stages uploads in the object store: set S3_BUCKET")
     cfg["SQLALCHEMY_ENGINE_OPTIONS"] = {
         **cfg["SQLALCHEMY_ENGINE_OPTIONS"],
         "connect_args": {**cfg["SQLALCHEMY_ENGINE_OPTIONS"].get("connect_args", {}), **session_args}}

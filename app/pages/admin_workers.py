@@ -22,7 +22,7 @@ from app.pages import admin_lookups, aggregates
 from app.pages.admin import actor, attempt, bp, form_reason, refuse, shown_once
 from app.pages.links import master_url
 from app.uploads import held
-from app.uploads.spool import Spool
+from app.uploads.spool import Spool, in_store
 
 ENROLLMENT_VALID = timedelta(minutes=15)
 ERRORS_PER_WORKER = 3
@@ -180,11 +180,13 @@ def release_held_token_worker(user_id, worker_id):
 def held_file(attempt_id):
     """A held file, for investigation: always a download, never rendered here
     (it came from a revoked, possibly hostile machine)."""
-    found = held.held_file(attempt_id, Spool.from_config(current_app.config))
+    spool = Spool.from_config(current_app.config)
+    found = held.held_file(attempt_id, spool)
     if found is None:
         abort(404)
     path, sha256 = found
-    response = send_file(path, mimetype="application/octet-stream", as_attachment=True,
+    source = spool.staging.open(path) if in_store(path) else path
+    response = send_file(source, mimetype="application/octet-stream", as_attachment=True,
                          download_name=f"held-{attempt_id}-{sha256[:12]}.pdf", max_age=0)
     response.headers["Cache-Control"] = "no-store"
     # Should a browser render it anyway: no scripts, no same-origin rights.

@@ -8,6 +8,7 @@ operator's view.
 from __future__ import annotations
 
 import os
+import threading
 
 from .base import (IntegrityError, ObjectNotFound, ObjectStore, PutResult, StorageError,
                    StorageUnavailable, content_key)
@@ -23,6 +24,7 @@ __all__ = [
     "StorageUnavailable",
     "content_key",
     "from_config",
+    "shared_store",
 ]
 
 
@@ -35,3 +37,20 @@ def from_config(config: dict) -> ObjectStore:
     root = config.get("OBJECT_STORE_DIR") or os.path.join(
         str(config.get("DATA_DIR") or "var"), "objects")
     return LocalObjectStore(str(root))
+
+
+_shared: dict[tuple, ObjectStore] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_store(config: dict) -> ObjectStore:
+    """The configured store, built once per configuration in this process.
+    For the hot paths (each upload staged in S3): an S3 client takes tens of
+    milliseconds to build, and one client is safe to share between threads."""
+    key = tuple(sorted((k, str(v)) for k, v in config.items()
+                       if k.startswith("S3_") or k in ("OBJECT_STORE_DIR", "DATA_DIR")))
+    with _shared_lock:
+        store = _shared.get(key)
+        if store is None:
+            store = _shared[key] = from_config(config)
+        return store

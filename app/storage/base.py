@@ -17,7 +17,7 @@ import abc
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, Iterator
 
 CHUNK = 1024 * 1024
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
@@ -162,3 +162,23 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def check(self) -> None:
         """Raise ``StorageUnavailable`` unless the store is usable now."""
+
+    # What an upload spool staged in the store needs (SPOOL_BACKEND=s3):
+    # list a prefix, and copy an object inside the store without its bytes
+    # passing through the caller.
+
+    def list_keys(self, prefix: str) -> Iterator[tuple[str, float]]:
+        """``(key, modified epoch seconds)`` of every object under ``prefix``."""
+        raise NotImplementedError(f"{self!r} cannot hold a staging spool")
+
+    def copy(self, source_key: str, key: str, *, sha256_hex: str, size: int) -> PutResult:
+        """Store under ``key`` the object at ``source_key``, which must hold
+        ``sha256_hex``/``size``; as ``put_file``, never replace an object.
+
+        Raises:
+            ObjectNotFound: no object at ``source_key``.
+            IntegrityError: the source is not what was promised (nothing
+                written), or an existing object differs (untouched).
+            StorageUnavailable: transient failure; safe to call again.
+        """
+        raise NotImplementedError(f"{self!r} cannot hold a staging spool")

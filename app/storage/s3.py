@@ -204,6 +204,42 @@ class S3ObjectStore(ObjectStore):
                 "get_object", Params={"Bucket": self.bucket, "Key": self._name(key)},
                 ExpiresIn=int(expires_s))
 
+    def _checksum(self, name: str) -> tuple[str | None, int, str]:
+        """(base64 SHA-256 the store recorded or None, size, ETag) of an object."""
+        with _mapped(f"head {name}"):
+            head = self._client.head_object(Bucket=self.bucket, Key=name, ChecksumMode="ENABLED")
+        return head.get("ChecksumSHA256"), int(head["ContentLength"]), head["ETag"]
+
+    def list_keys(self, prefix: str) -> Iterator[tuple[str, float]]:
+        start = self.prefix + prefix
+        paginator = self._client.get_paginator("list_objects_v2")
+        with _mapped(f"list {start}"):
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=start):
+                for item in page.get("Contents", ()):
+                    yield item["Key"][len(self.prefix):], item["LastModified"].timestamp()
+
+    def copy(self, source_key: str, key: str, *, sha256_hex: str, size: int) -> PutResult:
+        digest = check_digest(sha256_hex)
+        source, name = self._name(source_key), self._name(key)
+        expected = base64.b64encode(bytes.fromhex(digest)).decode()
+        # The staged object was put with its SHA-256, which the store keeps:
+        # comparing that is a HEAD, not a download.
+        checksum, actual_size, etag = self._checksum(source)
+        if (checksum, actual_size) != (expected, size):
+            found = base64.b64decode(checksum).hex() if checksum else "unknown"
+            raise source_mismatch(key, (found, actual_size), digest, size)
+        if self.exists(key):
+            return verify_existing(key, self.sha256_of(key), digest, size)
+        with _mapped(f"copy {source} to {name}"):
+            self._client.copy_object(
+                Bucket=self.bucket, Key=name, CopySource={"Bucket": self.bucket, "Key": source},
+                CopySourceIfMatch=etag, ChecksumAlgorithm="SHA256",
+                ContentType=mimetypes.guess_type(key)[0] or "application/octet-stream")
+        checksum, actual_size, _ = self._checksum(name)
+        if (checksum, actual_size) != (expected, size):
+            raise StorageUnavailable(f"s3 copy {source} to {name}: the copy does not verify")
+        return PutResult(key=key, existed=False)
+
     def check(self) -> None:
         # Any failure means the store is unusable right now, including a
         # missing bucket or bad credentials (fixed by an operator, not code).

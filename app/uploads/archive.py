@@ -14,7 +14,7 @@ from sqlalchemy import text
 from app.extensions import db
 from app.hooks import derived, outbox
 from app.search.index import index_paper
-from app.storage.base import IntegrityError, StorageError, content_key
+from app.storage.base import IntegrityError, ObjectNotFound, StorageError, content_key
 from app.uploads import derived as derived_uploads
 from app.uploads import spool as spool_mod
 from app.uploads import transitions
@@ -52,12 +52,29 @@ def commit(attempt_id: int, store) -> str:
         return "skip"
     sha256, size, spool_file, spool_stamp, project_id, job_id, value, pages = row
     object_key = content_key(sha256)
+    staged_in_store = spool_mod.in_store(spool_file)
     try:
-        # Its bytes were hashed as they streamed in; while the file is still
-        # the one sealed then (same inode, size, mtime) the store need not read
-        # it again. Anything else is re-hashed by the store and refused if wrong.
-        unchanged = spool_stamp is not None and spool_mod.stamp(spool_file) == spool_stamp
-        store.put_file(object_key, spool_file, sha256_hex=sha256, size=size, source_hashed=unchanged)
+        if staged_in_store:
+            # s3 staging: a copy inside the store, checked against the SHA-256
+            # the store recorded when the web process put it.
+            store.copy(spool_file, object_key, sha256_hex=sha256, size=size)
+        else:
+            # Its bytes were hashed as they streamed in; while the file is still
+            # the one sealed then (same inode, size, mtime) the store need not
+            # read it again. Anything else is re-hashed by the store and
+            # refused if wrong.
+            unchanged = spool_stamp is not None and spool_mod.stamp(spool_file) == spool_stamp
+            store.put_file(object_key, spool_file, sha256_hex=sha256, size=size,
+                           source_hashed=unchanged)
+    except ObjectNotFound as exc:
+        # The staged object is gone (deleted by hand, or a bucket lifecycle
+        # rule): no retry can bring it back, so the job goes back to the queue.
+        log.error("staged object of attempt %s is missing: %s", attempt_id, exc)
+        transitions.discard_damaged(attempt_id, {
+            "code": "spool_damaged", "message": f"the staged object is missing: {exc}"})
+        outbox.done("archive_commit", attempt_id)
+        db.session.commit()
+        return "skip"
     except IntegrityError as exc:
         if exc.stored:  # the store's object is wrong: an operator's problem, keep retrying
             return _retry(attempt_id, exc)
@@ -67,7 +84,7 @@ def commit(attempt_id: int, store) -> str:
             "code": "spool_damaged", "message": f"the staged file changed after upload: {exc}"})
         outbox.done("archive_commit", attempt_id)
         db.session.commit()
-        spool_mod.remove_quietly(spool_file)
+        _remove_staged(spool_file, store)
         return "skip"
     except (StorageError, OSError) as exc:
         return _retry(attempt_id, exc)
@@ -94,5 +111,15 @@ def commit(attempt_id: int, store) -> str:
     db.session.commit()
     if not completed:
         return "skip"  # finished or expired meanwhile; nothing more to do
-    spool_mod.remove_quietly(spool_file)
+    _remove_staged(spool_file, store)
     return "done"
+
+
+def _remove_staged(spool_file: str, store) -> None:
+    if not spool_mod.in_store(spool_file):
+        spool_mod.remove_quietly(spool_file)
+        return
+    try:
+        store.delete(spool_file)
+    except StorageError as exc:  # the sweeper removes it once no upload owns it
+        log.warning("could not delete staged object %s: %s", spool_file, exc)

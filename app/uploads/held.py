@@ -19,7 +19,7 @@ from sqlalchemy import text
 from app.errors import Conflict, NotFound
 from app.extensions import db
 from app.uploads import transitions
-from app.uploads.spool import Spool, remove_quietly
+from app.uploads.spool import Spool, in_store
 
 log = logging.getLogger(__name__)
 MAX_ROWS = 500
@@ -43,21 +43,25 @@ def listing(worker_id: str | None = None, owner: str | None = None, *,
         "attempt_id": str(r["attempt_id"]), "job_id": r["job_id"], "project_id": r["project_id"],
         "worker_id": r["worker_id"], "user_id": r["worker_owner"], "sha256": r["sha256"],
         "size": r["size"], "spool_file": r["spool_file"],
-        "file_present": bool(r["spool_file"]) and os.path.exists(r["spool_file"]),
+        "file_present": bool(r["spool_file"]) and (in_store(r["spool_file"])
+                                                   or os.path.exists(r["spool_file"])),
         "error": r["error"], "held_at": int(r["held_at"].timestamp()) if r["held_at"] else None,
     } for r in rows]
 
 
 def held_file(attempt_id: int, spool: Spool) -> tuple[str, str] | None:
-    """(path, sha256) of a held upload's file for an admin to download, or
-    None when the upload is not held or left no file. Only paths inside the
-    spool directory are ever returned."""
+    """(location, sha256) of a held upload's file for an admin to download
+    (a path, or a staging key with s3 staging), or None when the upload is
+    not held or left no file. Only paths inside the spool directory are ever
+    returned."""
     row = db.session.execute(text(
         "SELECT spool_file, sha256 FROM uploads WHERE attempt_id = :a AND state = 'held'"),
         {"a": attempt_id}).first()
     db.session.commit()
     if row is None or not row[0]:
         return None
+    if in_store(row[0]):
+        return (row[0], row[1]) if spool.exists(row[0]) else None
     path = os.path.realpath(row[0])
     if os.path.dirname(path) != os.path.realpath(spool.directory) or not os.path.isfile(path):
         return None
@@ -75,7 +79,7 @@ def release(attempt_id: int, spool: Spool, released_by: str) -> dict:
     # finished, the sealed file otherwise (both carry the held generation).
     for path in {spool.part_path(attempt_id, released.generation),
                  spool.final_path(attempt_id, released.generation), released.spool_file}:
-        remove_quietly(path)
+        spool.remove(path)
     return {"attempt_id": str(attempt_id), "state": "failed"}
 
 

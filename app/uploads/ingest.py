@@ -20,6 +20,7 @@ from werkzeug.exceptions import ClientDisconnected
 
 from app.errors import FleetError, InvalidRequest, TooLarge
 from app.extensions import db
+from app.storage.base import StorageError
 from app.uploads import derived as derived_uploads
 from app.uploads import spool as spool_mod
 from app.uploads import transitions
@@ -123,12 +124,17 @@ def _released_meanwhile() -> StaleUpload:
     return StaleUpload("the upload's file was released while it streamed")
 
 
-def _discard(attempt_id: int, generation: int, path: str) -> None:
+def _discard(attempt_id: int, generation: int, location: str, spool) -> None:
     """Remove an admitted upload's file, unless its worker's revocation put
-    the upload on hold: then the file is kept for an admin (DESIGN §8.7)."""
+    the upload on hold: then the file is kept for an admin (DESIGN §8.7),
+    with s3 staging in the store, where any instance can serve it."""
     try:
-        if transitions.keep_if_held(attempt_id, generation, path):
-            log.warning("upload of a revoked worker held", extra={"attempt_id": attempt_id, "path": path})
+        if transitions.keep_if_held(attempt_id, generation, location):
+            log.warning("upload of a revoked worker held",
+                        extra={"attempt_id": attempt_id, "path": location})
+            kept = spool.keep(location, attempt_id, generation)
+            if kept != location and not transitions.keep_if_held(attempt_id, generation, kept):
+                spool.remove(kept)  # released meanwhile
             return
     except Exception:  # noqa: BLE001 - the database decides later
         # Without the database we cannot tell: leave the file to the spool
@@ -136,7 +142,7 @@ def _discard(attempt_id: int, generation: int, path: str) -> None:
         db.session.rollback()
         log.exception("could not look up upload %s; its file is left to the sweeper", attempt_id)
         return
-    spool_mod.remove_quietly(path)
+    spool.remove(location)
 
 
 def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *,
@@ -168,13 +174,13 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
         finally:
             os.close(fd)
     except (TimeoutError, ConnectionError, OSError) as exc:
-        _discard(attempt_id, generation, part)
+        _discard(attempt_id, generation, part, spool)
         # The attempt stays uploading: a retry gets a new generation.
         err = InvalidRequest(f"upload interrupted: {exc}")
         err.retryable = True
         raise err from None
     except BaseException:
-        _discard(attempt_id, generation, part)
+        _discard(attempt_id, generation, part, spool)
         raise
     streamed = time.monotonic()
     try:
@@ -188,24 +194,32 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
     except FileNotFoundError:
         raise _released_meanwhile() from None
     except pdfcheck.PdfCheckError as exc:
-        _discard(attempt_id, generation, part)
+        _discard(attempt_id, generation, part, spool)
         raise VerificationUnavailable(f"could not verify the upload: {exc}",
                                       retry_after_ms=5000) from None
     except pdfcheck.PdfRejected as exc:
         transitions.reject(attempt_id, generation,
                            {"code": "invalid_pdf", "message": str(exc), "reason": exc.reason})
-        _discard(attempt_id, generation, part)
+        _discard(attempt_id, generation, part, spool)
         raise InvalidUpload(str(exc), details={"reason": exc.reason}) from None
     verified = time.monotonic()
     try:
-        final = spool.seal(part, attempt_id, generation)
+        final = spool.publish(part, attempt_id, generation, digest, meta.size)
     except FileNotFoundError:
         raise _released_meanwhile() from None
+    except StorageError as exc:
+        # s3 staging: the store is down. The attempt stays uploading and the
+        # worker's retry (a new generation) streams it again; nothing staged.
+        _discard(attempt_id, generation, part, spool)
+        raise VerificationUnavailable(f"could not stage the upload: {exc}",
+                                      retry_after_ms=5000) from None
+    if spool_mod.in_store(final):
+        written = None  # the archive copies inside the store; no local file to stamp
     staged = transitions.stage(attempt_id, generation, final, written, {
         "source_url": meta.source_url, "download_strategy": meta.download_strategy,
         "download_result": meta.download_result, "pages": info.pages})
     if not staged:
-        _discard(attempt_id, generation, final)
+        _discard(attempt_id, generation, final, spool)
         raise StaleUpload("a newer upload of this attempt, or a change of the attempt, won")
     done = time.monotonic()
     log.info("upload staged", extra={

@@ -1,10 +1,22 @@
-"""The master's spool: a quota-bounded directory of uploads not yet archived.
+"""The master's spool: quota-bounded uploads not yet archived.
 
 Quota is reserved in PostgreSQL (one locked ``spool_usage`` row) and the
 reservation commits before a file is created, so concurrent uploads on any
 number of web processes can never promise more than ``SPOOL_MAX_BYTES``.
 Files are named by attempt and generation, created exclusively with mode
-0600, and fsynced with their directory before an upload counts as staged.
+0600 in the spool directory while they stream and are verified.
+
+Where a verified upload then waits for the archive (``SPOOL_BACKEND``):
+
+- ``local`` (the default): it stays in the directory, fsynced with it, so
+  the web and tasks processes must share that disk;
+- ``s3``: it is put, write-once and with its SHA-256, under ``staging/`` in
+  the object store before the upload counts as staged, and the local file
+  goes. Any tasks process on any host archives it by a copy inside the store.
+  The directory is then only each web process's scratch space.
+
+A staged upload's ``spool_file`` is an absolute path (local) or a key under
+``staging/`` (s3).
 """
 from __future__ import annotations
 
@@ -14,10 +26,24 @@ from dataclasses import dataclass
 
 from sqlalchemy import text
 
+from app import storage
 from app.errors import FleetError
 from app.extensions import db
+from app.storage.base import ObjectStore, StorageError, hash_stream
 
 _NAME = re.compile(r"\A(\d+)\.(\d+)\.(part|pdf)\Z")
+_STAGED = re.compile(r"\A(\d+)\.(\d+)\.(pdf|held)\Z")
+STAGING_PREFIX = "staging/"
+SPOOL_BACKENDS = ("local", "s3")
+
+
+def staging_key(attempt_id: int, generation: int, suffix: str = "pdf") -> str:
+    return f"{STAGING_PREFIX}{attempt_id}.{generation}.{suffix}"
+
+
+def in_store(location: str | None) -> bool:
+    """Whether a recorded spool location is an object-store key (s3 staging)."""
+    return bool(location) and location.startswith(STAGING_PREFIX)
 
 
 class SpoolFull(FleetError):
@@ -28,12 +54,71 @@ class SpoolFull(FleetError):
 class Spool:
     directory: str
     max_bytes: int
+    # The object store holding staged uploads (SPOOL_BACKEND=s3), or None.
+    staging: ObjectStore | None = None
 
     @classmethod
     def from_config(cls, config) -> "Spool":
         directory = config.get("SPOOL_DIR") or os.path.join(config["DATA_DIR"], "spool")
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        return cls(os.path.abspath(directory), int(config["SPOOL_MAX_BYTES"]))
+        backend = config.get("SPOOL_BACKEND") or "local"
+        if backend not in SPOOL_BACKENDS:
+            raise ValueError(f"SPOOL_BACKEND must be one of {', '.join(SPOOL_BACKENDS)}, "
+                             f"not {backend!r}")
+        staging = None
+        if backend == "s3":
+            if not config.get("S3_BUCKET"):
+                raise ValueError("SPOOL_BACKEND=s3 stages uploads in the object store: set S3_BUCKET")
+            staging = storage.shared_store(config)
+        return cls(os.path.abspath(directory), int(config["SPOOL_MAX_BYTES"]), staging)
+
+    def publish(self, part: str, attempt_id: int, generation: int, sha256: str, size: int) -> str:
+        """Make a verified upload durable where the archive commit can read
+        it; returns the location to record as its ``spool_file``.
+
+        Raises:
+            StorageError: s3 staging could not store it (the part file stays).
+            FileNotFoundError: the part file is gone.
+        """
+        if self.staging is None:
+            return self.seal(part, attempt_id, generation)
+        key = staging_key(attempt_id, generation)
+        self.staging.put_file(key, part, sha256_hex=sha256, size=size, source_hashed=True)
+        remove_quietly(part)
+        return key
+
+    def keep(self, path: str, attempt_id: int, generation: int) -> str:
+        """Where a held upload's file stays for an admin: the local path, or
+        with s3 staging a copy in the store (any instance can then serve it).
+        An unreachable store leaves it local."""
+        if self.staging is None:
+            return path
+        try:
+            with open(path, "rb") as f:
+                sha256, size = hash_stream(f)
+            key = staging_key(attempt_id, generation, "held")
+            self.staging.put_file(key, path, sha256_hex=sha256, size=size)
+        except (OSError, StorageError):
+            return path
+        remove_quietly(path)
+        return key
+
+    def exists(self, location: str) -> bool:
+        if in_store(location):
+            return self.staging is not None and self.staging.exists(location)
+        return os.path.exists(location)
+
+    def remove(self, location: str | None) -> None:
+        """Delete a spool file or staged object if present; a store that
+        cannot be reached now leaves the object to the sweeper."""
+        if not in_store(location):
+            remove_quietly(location)
+            return
+        try:
+            if self.staging is not None:
+                self.staging.delete(location)
+        except StorageError:
+            pass
 
     def part_path(self, attempt_id: int, generation: int) -> str:
         return os.path.join(self.directory, f"{attempt_id}.{generation}.part")
@@ -73,13 +158,29 @@ class Spool:
         finally:
             os.close(fd)
 
-    def files(self) -> list[tuple[str, int, int, float]]:
-        """(path, attempt_id, generation, mtime) of every spool file."""
+    def local_files(self) -> list[tuple[str, int, int, float]]:
+        """(path, attempt_id, generation, mtime) of every file in this host's
+        spool directory."""
         out = []
         for entry in os.scandir(self.directory):
             match = _NAME.match(entry.name)
             if match and entry.is_file():
                 out.append((entry.path, int(match[1]), int(match[2]), entry.stat().st_mtime))
+        return out
+
+    def files(self) -> list[tuple[str, int, int, float]]:
+        """``local_files`` and, with s3 staging, (key, attempt_id, generation,
+        modified) of every staged object.
+
+        Raises:
+            StorageError: the staging store could not be listed.
+        """
+        out = self.local_files()
+        if self.staging is not None:
+            for key, modified in self.staging.list_keys(STAGING_PREFIX):
+                match = _STAGED.match(key[len(STAGING_PREFIX):])
+                if match:
+                    out.append((key, int(match[1]), int(match[2]), modified))
         return out
 
 

@@ -2,6 +2,7 @@
 spool files that no live or held upload owns."""
 from __future__ import annotations
 
+import logging
 import time
 
 from sqlalchemy import text
@@ -9,7 +10,10 @@ from sqlalchemy import text
 from app.extensions import db
 from app.uploads import derived as derived_uploads
 from app.uploads import held, transitions
-from app.uploads.spool import Spool, remove_quietly
+from app.storage.base import StorageError
+from app.uploads.spool import Spool, in_store
+
+log = logging.getLogger(__name__)
 
 # A part file younger than this may belong to a transfer that is still
 # streaming on another web process; never race it.
@@ -33,8 +37,13 @@ def remove_orphans(spool: Spool, *, now: float | None = None, grace_s: float = O
         "SELECT attempt_id, state, generation, spool_file FROM uploads "
         "WHERE state IN ('uploading', 'staged', 'held')"))}
     db.session.commit()
+    try:
+        files = spool.files()
+    except StorageError as exc:  # the store is down: sweep this host's files, the rest next time
+        log.warning("could not list staged objects: %s", exc)
+        files = spool.local_files()
     removed = 0
-    for path, attempt_id, generation, mtime in spool.files():
+    for path, attempt_id, generation, mtime in files:
         owner = live.get(attempt_id)
         if owner is not None:
             state, current_generation, spool_file = owner
@@ -44,8 +53,11 @@ def remove_orphans(spool: Spool, *, now: float | None = None, grace_s: float = O
                 continue  # kept for an admin, finished or not (DESIGN §8.7)
             if state == "uploading" and generation == current_generation and now - mtime < grace_s:
                 continue
-        if owner is None and now - mtime < grace_s and path.endswith(".part"):
-            continue  # admitted a moment ago on another process, row not visible yet
-        remove_quietly(path)
+        if owner is None and now - mtime < grace_s and (path.endswith(".part")
+                                                  or (in_store(path) and path.endswith(".pdf"))):
+            # admitted or staged a moment ago by another process, its row not
+            # visible yet (a part file streaming, an object put before staging)
+            continue
+        spool.remove(path)
         removed += 1
     return removed
