@@ -96,7 +96,7 @@ ignore_startup_parameters = extra_float_digits
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def pgbouncer():
     bouncer = PgBouncer()
     yield bouncer
@@ -107,8 +107,9 @@ def _dbname(database_url: str) -> str:
     return database_url.rsplit("/", 1)[1]
 
 
-@pytest.fixture
-def pooled_master(app, database_url, pgbouncer, tmp_path):
+@pytest.fixture(scope="module")
+def pooled_master(app, database_url, pgbouncer, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("pooled")
     server = Gunicorn({"DATABASE_URL": pgbouncer.url(_dbname(database_url)),
                        "FLEETHQ_DATABASE_POOLER": "transaction",
                        "FLEETHQ_DIRECT_DATABASE_URL": database_url},
