@@ -1,5 +1,8 @@
 """Upload PDFs to pdf attempts through gunicorn until every job is archived
-(``done``) in the local object store, with a real Dramatiq worker on Redis.
+(``done``), with a real Dramatiq worker on Redis. ``--spool local`` (the
+default): the local spool and object store, one data directory shared by web
+and tasks. ``--spool s3``: S3 staging and the S3 store on moto's HTTP server
+(its own process), web and tasks each with a data directory of its own.
 
 Default: 4 concurrent clients, 200 synthetic valid PDFs of 20 MiB. The
 ceiling, measured in the same run on the same disk: hashing and writing the
@@ -8,7 +11,7 @@ A second phase uploads 4 × 100 MiB at once
 and samples the RSS of every master process (web arbiter and workers, task
 processes).
 
-Last line: ``upload_ingest mb_per_s=N ceiling_mb_per_s=M ratio=R peak_rss_mb=X``
+Last line: ``upload_ingest spool=S mb_per_s=N ceiling_mb_per_s=M ratio=R peak_rss_mb=X``
 """
 from __future__ import annotations
 
@@ -44,21 +47,49 @@ def flask(url, *args, env_extra=None):
     return out.stdout.strip()
 
 
-class Master:
-    """gunicorn + one Dramatiq task process, sharing a data directory."""
+class Moto:
+    """moto's S3 server as a process of its own, with one bucket."""
 
-    def __init__(self, url, data_dir):
+    BUCKET = "fleethq-bench"
+
+    def __init__(self):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "moto_server"),
+                                      "-H", "127.0.0.1", "-p", str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_ready(self.url + "/moto-api/", self.proc)
+        import boto3
+        boto3.client("s3", endpoint_url=self.url, region_name="us-east-1", aws_access_key_id="bench",
+                     aws_secret_access_key="bench").create_bucket(Bucket=self.BUCKET)
+
+    def env(self) -> dict:
+        return {"S3_BUCKET": self.BUCKET, "S3_ENDPOINT_URL": self.url, "S3_REGION": "us-east-1",
+                "S3_ACCESS_KEY_ID": "bench", "S3_SECRET_ACCESS_KEY": "bench",
+                "S3_READ_TIMEOUT": "60", "FLEETHQ_SPOOL_BACKEND": "s3"}
+
+    def stop(self):
+        stop(self.proc)
+
+
+class Master:
+    """gunicorn + one Dramatiq task process; with ``tasks_data_dir`` (S3
+    staging) the tasks process has a data directory of its own."""
+
+    def __init__(self, url, data_dir, extra_env=None, tasks_data_dir=None):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "DATABASE_URL": url, "REDIS_URL": REDIS_URL, "FLEETHQ_DATA_DIR": data_dir,
+        env = {**os.environ, **(extra_env or {}), "DATABASE_URL": url, "REDIS_URL": REDIS_URL,
+               "FLEETHQ_DATA_DIR": data_dir,
                "FLEETHQ_LOG_JSON": os.environ.get("FLEETHQ_LOG_JSON", "false"), "FLEETHQ_SECRET_KEY": "bench",
                "FLEETHQ_BIND": f"127.0.0.1:{self.port}", "FLEETHQ_WEB_WORKERS": os.environ.get("FLEETHQ_WEB_WORKERS", "2"),
                "FLEETHQ_WEB_THREADS": "8"}
         bin_dir = os.path.dirname(sys.executable)
         self.web = subprocess.Popen([os.path.join(bin_dir, "gunicorn"), "-c", "python:app.gunicorn_conf",
                                      "--log-level", "warning", "wsgi:app"], cwd=ROOT, env=env)
+        tasks_env = {**env, "FLEETHQ_DATA_DIR": tasks_data_dir or data_dir}
         self.tasks = subprocess.Popen([os.path.join(bin_dir, "dramatiq"), "tasks:setup_broker", "--processes", "1",
-                                       "--threads", "4"], cwd=ROOT, env=env,
+                                       "--threads", "4"], cwd=ROOT, env=tasks_env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_ready(self.base + "/readyz", self.web)
 
@@ -92,6 +123,18 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def process_kind(pid: int) -> str:
+    """gunicorn or dramatiq, arbiter or worker (for the peak-RSS breakdown)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read().split(b"\0")
+    except FileNotFoundError:
+        return "gone"
+    name = next((os.path.basename(a.decode()) for a in argv if b"gunicorn" in a or b"dramatiq" in a),
+                "other")
+    return name
+
+
 def rss_mb(pid: int) -> float:
     try:
         with open(f"/proc/{pid}/status") as fh:
@@ -111,8 +154,14 @@ class PeakRss(threading.Thread):
         self.master, self.peak, self.halt = master, 0.0, threading.Event()
 
     def run(self):
+        self.by_kind: dict[str, float] = {}
         while not self.halt.is_set():
-            self.peak = max([self.peak] + [rss_mb(p) for p in self.master.pids()])
+            for pid in self.master.pids():
+                mb = rss_mb(pid)
+                if mb > self.peak:
+                    self.peak = mb
+                kind = process_kind(pid)
+                self.by_kind[kind] = max(self.by_kind.get(kind, 0.0), mb)
             time.sleep(0.05)
 
 
@@ -145,6 +194,26 @@ def ceiling(paths, threads, out_dir) -> float:
         t.start()
     for t in pool:
         t.join()
+    return total / MB / (time.perf_counter() - started)
+
+
+def store_ceiling(paths, moto) -> float:
+    """Hash + put the same files into the S3 store in one stream: MB/s, the
+    ceiling of what S3 staging writes to (moto here)."""
+    import base64
+
+    import boto3
+    client = boto3.client("s3", endpoint_url=moto.url, region_name="us-east-1",
+                          aws_access_key_id="bench", aws_secret_access_key="bench")
+    total = sum(os.path.getsize(p) for p in paths)
+    started = time.perf_counter()
+    for n, path in enumerate(paths):
+        with open(path, "rb") as fh:
+            data = fh.read()
+        digest = hashlib.sha256(data).digest()
+        client.put_object(Bucket=moto.BUCKET, Key=f"ceiling/{n}", Body=data, ChecksumAlgorithm="SHA256",
+                          ChecksumSHA256=base64.b64encode(digest).decode())
+        client.delete_object(Bucket=moto.BUCKET, Key=f"ceiling/{n}")
     return total / MB / (time.perf_counter() - started)
 
 
@@ -193,9 +262,16 @@ class Uploader:
                                                  "Content-Type": "application/pdf"}, timeout=600)
         finally:
             body.close()
-        if response.status_code not in (200, 202):
-            raise RuntimeError(f"upload {attempt_id}: {response.status_code} {response.text[:300]}")
-        return size
+        if response.status_code in (200, 202):
+            return size
+        error = response.json().get("error", {}) if response.headers.get(
+            "Content-Type", "").startswith("application/json") else {}
+        if error.get("retryable"):
+            # As a worker does (spool full while the archive catches up, the
+            # store away): wait as told, capped so the run measures throughput.
+            time.sleep(min(error.get("retry_after_ms", 1000), 1000) / 1000)
+            return self.upload(attempt_id, path, sha)
+        raise RuntimeError(f"upload {attempt_id}: {response.status_code} {response.text[:300]}")
 
 
 def run_phase(master, uploader_args, files, clients) -> tuple[int, float]:
@@ -260,6 +336,7 @@ def main():
     parser.add_argument("--mib", type=int, default=20)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--big-mib", type=int, default=100)
+    parser.add_argument("--spool", choices=("local", "s3"), default="local")
     args = parser.parse_args()
 
     redis.Redis.from_url(REDIS_URL).flushdb()
@@ -299,7 +376,12 @@ def main():
         node_id, secret = new_identity()
 
         os.sync()
-        master = Master(url, data_dir)
+        moto = Moto() if args.spool == "s3" else None
+        store_mb_s = store_ceiling([p for p, _ in files], moto) if moto else None
+        if moto:
+            print(f"store ceiling (sha256 + put into moto, one stream): {store_mb_s:.0f} MB/s", flush=True)
+        master = Master(url, data_dir, moto.env() if moto else None,
+                        os.path.join(work_dir, "tasks-data") if moto else None)
         sampler = PeakRss(master)
         sampler.start()
         try:
@@ -323,14 +405,20 @@ def main():
             run_phase(master, (node_id, secret, "papers"), big, args.clients)
             wait_done(master.base, token, "papers", args.files + args.clients)
             print(f"peak RSS of any master process: {steady_peak:.0f} MB with {args.mib} MiB uploads, "
-                  f"{sampler.peak:.0f} MB with {args.clients} x {args.big_mib} MiB in flight", flush=True)
+                  f"{sampler.peak:.0f} MB with {args.clients} x {args.big_mib} MiB in flight "
+                  f"(by program: {json.dumps({k: round(v) for k, v in sampler.by_kind.items()})})",
+                  flush=True)
         finally:
             sampler.halt.set()
             master.stop()
+            if moto:
+                moto.stop()
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
-    print(f"upload_ingest mb_per_s={mb_s:.0f} ceiling_mb_per_s={ceiling_mb_s:.0f} "
-          f"ratio={mb_s / ceiling_mb_s:.2f} peak_rss_mb={sampler.peak:.0f}")
+    store = (f" store_ceiling_mb_per_s={store_mb_s:.0f} store_ratio={mb_s / store_mb_s:.2f}"
+             if store_mb_s else "")
+    print(f"upload_ingest spool={args.spool} mb_per_s={mb_s:.0f} ceiling_mb_per_s={ceiling_mb_s:.0f} "
+          f"ratio={mb_s / ceiling_mb_s:.2f}{store} peak_rss_mb={sampler.peak:.0f}")
 
 
 if __name__ == "__main__":

@@ -49,8 +49,8 @@ def prune_retention():
 def _store():
     from flask import current_app
 
-    from app.storage import from_config
-    return from_config(current_app.config)
+    from app.storage import shared_store
+    return shared_store(current_app.config)
 
 
 @dramatiq.actor(queue_name="archive", max_retries=0, time_limit=15 * 60_000)

@@ -19,7 +19,7 @@ from app.fleet import service as fleet
 from app.projects import wakeups
 from app.projects.leasing import Worker
 from app.pages.security import limit_enrollment
-from app.storage import from_config
+from app.storage import shared_store
 from app.uploads import derived as derived_uploads
 from app.uploads import downloads, ingest, receipts, transitions
 from app.uploads.spool import Spool
@@ -188,7 +188,7 @@ def upload(attempt_id):
            summary="A derived job's source: a fresh, short-lived download URL and its facts")
 def derived_source(attempt_id):
     cfg = current_app.config
-    store = from_config(cfg)
+    store = shared_store(cfg)
     # The master's own signed link is built on the address this worker used.
     base = request.host_url.rstrip("/")
 

@@ -11,7 +11,7 @@ from app.errors import NotFound, PermissionDenied
 from app.hooks import consumers, deliveries
 from app.hooks.models import COMPLETION_TIMEOUT_BOUNDS_S, COMPLETION_TIMEOUT_DEFAULT_S
 from app.projects import service as projects
-from app.storage import from_config
+from app.storage import shared_store
 from app.uploads import downloads
 
 # The consumer service also requires an http(s) URL with a host.
@@ -139,7 +139,7 @@ def download(object_key):
     if not downloads.verify(cfg["SECRET_KEY"], object_key, request.args.get("expires", ""),
                             request.args.get("sig", "")):
         raise PermissionDenied("invalid or expired download link")
-    store = from_config(cfg)
+    store = shared_store(cfg)
     try:
         stream = store.open(object_key)
     except Exception:

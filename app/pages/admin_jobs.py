@@ -41,7 +41,7 @@ def job_file(job_id, attempt_id):
     """Open the archived file of one of the job's uploads: a short-lived
     signed link (local store) or presigned URL (S3), so the browser reads it
     from the store, not through a page worker."""
-    from app.storage import from_config
+    from app.storage import shared_store
     from app.uploads import downloads
     try:
         job_id, attempt_id = decimal_id(job_id), decimal_id(attempt_id, "attempt_id")
@@ -54,7 +54,7 @@ def job_file(job_id, attempt_id):
     if object_key is None:
         abort(404)
     cfg = current_app.config
-    url, _ = downloads.url_for(from_config(cfg), {"PUBLIC_URL": "", "SECRET_KEY": cfg["SECRET_KEY"]},
+    url, _ = downloads.url_for(shared_store(cfg), {"PUBLIC_URL": "", "SECRET_KEY": cfg["SECRET_KEY"]},
                                object_key, FILE_LINK_TTL_S)
     return redirect(url, 303)
 

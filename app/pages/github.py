@@ -23,9 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import requests
-from authlib.common.security import generate_token
-from authlib.integrations.base_client import OAuthError
-from authlib.integrations.requests_client import OAuth2Session
 from flask import current_app
 
 SCOPE = "read:org"
@@ -69,7 +66,10 @@ class GitHubClient:
         self.org = org
         self.team = team
 
-    def _oauth(self, redirect_uri: str) -> OAuth2Session:
+    def _oauth(self, redirect_uri: str):
+        # authlib (and the cryptography it loads, some 16 MB) is imported at
+        # the first sign-in, not in every web worker that only serves machines.
+        from authlib.integrations.requests_client import OAuth2Session
         # GitHub documents client_id/client_secret as form parameters of the
         # token request; PKCE S256 on top of the state (GitHub supports it).
         return OAuth2Session(self.client_id, self.client_secret, scope=SCOPE,
@@ -77,6 +77,7 @@ class GitHubClient:
                              token_endpoint_auth_method="client_secret_post")
 
     def start(self, redirect_uri: str) -> Authorization:
+        from authlib.common.security import generate_token
         verifier = generate_token(64)
         with self._oauth(redirect_uri) as oauth:
             url, state = oauth.create_authorization_url(self.authorize_url, code_verifier=verifier)
@@ -84,6 +85,7 @@ class GitHubClient:
 
     def exchange(self, code: str, redirect_uri: str, code_verifier: str) -> str:
         """Trade the callback's code for an access token (returned, never kept)."""
+        from authlib.integrations.base_client import OAuthError
         try:
             with self._oauth(redirect_uri) as oauth:
                 token = oauth.fetch_token(self.token_url, code=code, code_verifier=code_verifier,

@@ -91,7 +91,7 @@ class Spool:
         """Where a held upload's file stays for an admin: the local path, or
         with s3 staging a copy in the store (any instance can then serve it).
         An unreachable store leaves it local."""
-        if self.staging is None:
+        if self.staging is None or in_store(path):
             return path
         try:
             with open(path, "rb") as f:
