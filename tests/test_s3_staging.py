@@ -19,16 +19,8 @@ from app.storage import content_key
 from tasks import actors
 from app.uploads import spool as spool_mod
 from app.uploads import sweeper
-from tests.test_archive import (MotoServer, Pipeline, make_broker, one, rows,  # noqa: F401
+from tests.test_archive import (Pipeline, make_broker, moto, one, rows,  # noqa: F401 (fixtures)
                                 run_worker, s3_client, spool_reserved)
-
-
-@pytest.fixture
-def moto():
-    server = MotoServer()
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
@@ -191,21 +183,27 @@ def test_s3_staging_without_an_s3_store_is_refused_at_start():
         config.load({"DATABASE_URL": "postgresql://u@127.0.0.1/db", "SPOOL_BACKEND": "nfs"})
 
 
+def _claimed_by_a_node(app, client, admin_token, project: str):
+    from tests.fleet_helpers import Node, pdf_project
+    from tests.helpers import Api
+    api = Api(client, admin_token)
+    pdf_project(api, project)
+    api.enqueue(project, [{"value": f"10.1234/{project}"}])
+    node = Node(client, app)
+    assert node.heartbeat().status_code == 200
+    [job] = node.claim(project).get_json()["jobs"]
+    return node, job
+
+
 def test_a_held_upload_is_kept_in_the_store_where_any_instance_can_serve_it(
         app, client, admin_token, staging, live_server, tmp_path):
     """A worker revoked mid-upload: the file is held in the store (the staged
     object if it got that far, else a copy under staging/…held), nothing stays
     on the web host, an admin downloads it, and releasing deletes it."""
-    from tests.fleet_helpers import Node, decide, pdf_project
-    from tests.helpers import Api
+    from tests.fleet_helpers import decide
     from tests.test_admin_pages import sign_in
     from tests.test_uploads import read_response, streaming_upload
-    api = Api(client, admin_token)
-    pdf_project(api, "held-s3")
-    api.enqueue("held-s3", [{"value": "10.1234/held-in-s3"}])
-    node = Node(client, app)
-    assert node.heartbeat().status_code == 200
-    [job] = node.claim("held-s3").get_json()["jobs"]
+    node, job = _claimed_by_a_node(app, client, admin_token, "held-s3")
     data = Pipeline(app, client, admin_token, tmp_path).pdf(9)
     with streaming_upload(app, live_server.port, node, job, data) as sock:
         assert decide(app, node.node_id, "revoke") == "revoked"
@@ -236,15 +234,10 @@ def test_a_held_upload_is_kept_in_the_store_where_any_instance_can_serve_it(
 
 def test_a_partial_upload_held_at_revocation_is_copied_into_the_store(
         app, client, admin_token, staging, live_server):
-    from tests.fleet_helpers import Node, decide, pdf_project
-    from tests.helpers import Api, wait_for
+    from tests.fleet_helpers import decide
+    from tests.helpers import wait_for
     from tests.test_uploads import streaming_upload
-    api = Api(client, admin_token)
-    pdf_project(api, "held-part")
-    api.enqueue("held-part", [{"value": "10.1234/held-part"}])
-    node = Node(client, app)
-    assert node.heartbeat().status_code == 200
-    [job] = node.claim("held-part").get_json()["jobs"]
+    node, job = _claimed_by_a_node(app, client, admin_token, "held-part")
     data = bytes(300_000)
     with streaming_upload(app, live_server.port, node, job, data):
         assert decide(app, node.node_id, "revoke") == "revoked"

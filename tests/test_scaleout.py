@@ -134,6 +134,10 @@ def test_a_long_poll_on_one_instance_wakes_for_an_enqueue_on_the_other(cluster, 
     assert [j["id"] for j in body(result["response"])["jobs"]] == ["a"]
     woke_after = result["answered_at"] - enqueued_at
     assert woke_after < 5, f"the claim woke {woke_after:.1f} s after the enqueue"
+    # Queue gauges come from PostgreSQL: both instances tell the same.
+    for web in cluster.webs:
+        metrics = requests.get(web.url + "/metrics", timeout=10).text
+        assert 'fleethq_jobs{project="across",state="wip"} 1' in metrics
 
 
 def test_limits_count_across_instances(cluster, admin_token, app):
@@ -178,20 +182,21 @@ def _paper(tmp_path, seed: int) -> bytes:
     return path.read_bytes()
 
 
-def _pdf_node(cluster, app, admin_token, project: str):
+def _claimed_paper(cluster, app, admin_token, project: str, seed: int):
+    """A pdf project with one paper, claimed by a node talking to instance 1;
+    returns the node, the job and the PDF's bytes."""
     admin = Api(requests.Session(), admin_token, base=cluster.proxy.url)
     pdf_project(admin, project, max_in_flight=10, max_worker_in_flight=10)
     node = Node(requests.Session(), app, base=cluster.webs[0].url)
     assert node.heartbeat().status_code == 200
-    return admin, node
+    admin.enqueue(project, [{"value": f"10.1234/{project}"}])
+    [job] = body(node.claim(project))["jobs"]
+    return node, job, _paper(cluster.tmp_path, seed)
 
 
 def test_an_upload_to_one_instance_is_archived_by_a_tasks_process_sharing_no_disk(
         cluster, app, admin_token, database_url):
-    admin, node = _pdf_node(cluster, app, admin_token, "papers")
-    admin.enqueue("papers", [{"value": "10.1234/scaled"}])
-    [job] = body(node.claim("papers"))["jobs"]
-    data = _paper(cluster.tmp_path, 1)
+    node, job, data = _claimed_paper(cluster, app, admin_token, "papers", 1)
     accepted = node.upload(job["attempt_id"], data)
     assert accepted.status_code == 202, body(accepted)
     # The receipt, asked of the other instance, turns done once the tasks
@@ -211,10 +216,7 @@ def test_an_upload_to_one_instance_is_archived_by_a_tasks_process_sharing_no_dis
 
 def test_an_instance_killed_mid_upload_and_the_retry_on_the_other_is_archived_once(
         cluster, app, admin_token, database_url):
-    admin, node = _pdf_node(cluster, app, admin_token, "killed")
-    admin.enqueue("killed", [{"value": "10.1234/interrupted"}])
-    [job] = body(node.claim("killed"))["jobs"]
-    data = _paper(cluster.tmp_path, 2)
+    node, job, data = _claimed_paper(cluster, app, admin_token, "killed", 2)
     digest = hashlib.sha256(data).hexdigest()
     # The first try sends its headers and a first part of the body, then the
     # instance dies under it.
