@@ -14,6 +14,11 @@ from workers.private_file import OpenToOthers, read_private
 
 
 class Defaults:
+    # Each setting has its own comment: docs/configuration.md and
+    # .env.example are generated from them (python -m app.config_reference).
+
+    # The key sessions, CSRF tokens, signed links and sealed machine tokens
+    # rest on; unset, each process makes one of its own (fine for a demo only).
     SECRET_KEY = None
     # A file holding the key instead (``flask fleet web-keygen --out FILE``
     # writes one); it must not be readable by group or others.
@@ -22,61 +27,105 @@ class Defaults:
     # SECRET_KEY) so that its admin and owner can view it again; false keeps
     # digests only.
     MACHINE_TOKENS_VIEWABLE = True
+    # PostgreSQL, the one source of truth (a pooler's address with DATABASE_POOLER).
     DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/fleethq"
+    # Redis, the Dramatiq broker of the tasks process (messages only; losing them delays, never loses).
     REDIS_URL = "redis://127.0.0.1:6379/0"
+    # Where the spool, the local object store and process files live by default.
     DATA_DIR = "var"
-    # Body limits of DESIGN §6.
-    WORKER_BODY_LIMIT = 64 * 1024      # fleet control bodies (DESIGN §7)
-    API_BODY_LIMIT = 8 * 1024 * 1024   # JSON bodies of the SavewebHQ operations, as SavewebHQ's
+    # The master's spool directory (default <DATA_DIR>/spool).
+    SPOOL_DIR = None
+    # The local object store (default <DATA_DIR>/objects; unused with S3_BUCKET).
+    OBJECT_STORE_DIR = None
+    # Largest body of a fleet control call (heartbeat, register, receipts; DESIGN §7).
+    WORKER_BODY_LIMIT = 64 * 1024
+    # Largest JSON body of the SavewebHQ operations, as SavewebHQ's.
+    API_BODY_LIMIT = 8 * 1024 * 1024
+    # Largest JSON body of an enqueue.
     ENQUEUE_BODY_LIMIT = 8 * 1024 * 1024
-    # Source imports (§4.4).
+    # Largest compressed body of a source import (§4.4).
     SOURCE_MAX_COMPRESSED = 256 * 1024 * 1024
+    # Largest expanded size of a source import.
     SOURCE_MAX_EXPANDED = 4 * 1024**3
+    # Most jobs in one source import.
     SOURCE_MAX_JOBS = 10_000_000
+    # Longest line of a source import.
     SOURCE_MAX_LINE = 64 * 1024
+    # Largest zstd window a source import may ask for.
     SOURCE_MAX_WINDOW = 64 * 1024 * 1024
+    # Jobs committed per batch of a source import.
     SOURCE_BATCH = 20_000
-    # Lazy lease reaping done inside a claim, per request.
+    # Expired leases reset inside one claim that found the queue short.
     CLAIM_REAP_LIMIT = 64
-    # Per-worker claim audit rows of paced projects (SavewebHQ's claim buckets).
+    # Days the per-worker claim audit rows of paced projects are kept (SavewebHQ's claim buckets).
     CLAIM_BUCKET_RETENTION_DAYS = 30
+    # Longest wait_ms a long-polling claim or receipt may ask for.
     LONG_POLL_MAX_MS = 30_000
     # Refresh hint sent with the project policy.
     POLICY_REFRESH_MS = 60_000
-    # Spool and uploads (DESIGN §8, §12).
+    # Spool quota: bytes of uploads streaming, staged or held at once (DESIGN §8, §12).
     SPOOL_MAX_BYTES = 2 * 1024**3
     # Where verified uploads wait for the archive: "local" (SPOOL_DIR, shared
     # by web and tasks) or "s3" (a staging prefix in the S3 store; no shared disk).
     SPOOL_BACKEND = "local"
+    # Smallest PDF an upload may carry.
     UPLOAD_MIN_BYTES = 10 * 1024
+    # Largest PDF an upload may carry.
     UPLOAD_MAX_BYTES = 100 * 1024 * 1024
+    # Seconds a staged upload may wait for the archive before it fails (or is held).
     STAGED_RETENTION_S = 7 * 24 * 3600
-    # Retention of finished rows (docs/operations.md "Retention"), pruned by
-    # the clock in batches of at most PRUNE_BATCH rows per kind and tick.
-    # 0 keeps that kind forever.
-    KEEP_ATTEMPTS_PER_JOB = 20         # finished attempts kept per job, newest first
-    KEEP_DONE_OUTBOX_DAYS = 14         # done outbox rows, delivered/skipped hook deliveries
-    KEEP_FINISHED_JOBS_DAYS = 0        # done/failed/reset_exhausted jobs; an archive keeps them
-    KEEP_AUDIT_DAYS = 365              # audit log rows
+    # Finished attempts kept per job, newest first; 0 keeps all (docs/operations.md "Retention").
+    KEEP_ATTEMPTS_PER_JOB = 20
+    # Days done outbox rows and delivered hook deliveries are kept; 0 keeps them.
+    KEEP_DONE_OUTBOX_DAYS = 14
+    # Days done/failed/reset_exhausted jobs are kept; 0 (an archive) keeps them.
+    KEEP_FINISHED_JOBS_DAYS = 0
+    # Days audit log rows are kept; 0 keeps them.
+    KEEP_AUDIT_DAYS = 365
+    # Rows pruned per kind and clock tick.
     PRUNE_BATCH = 5_000
+    # Seconds a node's heartbeat counts as fresh (pdf claims need one).
     NODE_LEASE_S = 60
+    # Seconds after which a silent worker counts as gone for the lane rules.
     WORKER_STALE_S = 90
-    # GitHub sign-in (DESIGN §10). The URLs are settings so that tests (and
-    # GitHub Enterprise) can point them elsewhere.
+    # The GitHub OAuth App's client id (DESIGN §10); unset, sign-in is off.
     GITHUB_CLIENT_ID = None
+    # The GitHub OAuth App's client secret.
     GITHUB_CLIENT_SECRET = None
     # The callback registered with the GitHub OAuth App; SavewebHQ's apps use
     # /auth/github/callback, which is served too.
     GITHUB_CALLBACK_PATH = "/login/github/callback"
+    # Only members of this GitHub organisation may sign in.
     GITHUB_ORG = None
+    # Members of this team of GITHUB_ORG sign in as admins.
     GITHUB_ADMIN_TEAM = None
+    # GitHub's authorize URL (a setting for tests and GitHub Enterprise).
     GITHUB_AUTHORIZE_URL = "https://github.com/login/oauth/authorize"
+    # GitHub's token URL.
     GITHUB_TOKEN_URL = "https://github.com/login/oauth/access_token"
+    # GitHub's API.
     GITHUB_API_URL = "https://api.github.com"
+    # Seconds a page session lasts.
     SESSION_LIFETIME_S = 12 * 3600
+    # Sign-in attempts per client address and window, counted in PostgreSQL
+    # across every process and instance.
+    LOGIN_RATE_LIMIT = 20
+    # The sign-in limit's window in seconds.
+    LOGIN_RATE_WINDOW_S = 60
+    # Enrollment attempts per client address and window.
+    ENROLL_RATE_LIMIT = 10
+    # The enrollment limit's window in seconds.
+    ENROLL_RATE_WINDOW_S = 60
+    # The address workers and browsers use (links, enrollment commands); unset, the request's host.
     PUBLIC_URL = None
+    # The development sign-in without GitHub (make dev only).
     DEV_MODE = False
+    # Logs as JSON lines (false: plain text).
     LOG_JSON = True
+    # The root log level.
+    LOG_LEVEL = "INFO"
+    # One log line per request (status, duration).
+    ACCESS_LOG = False
     SQLALCHEMY_ENGINE_OPTIONS = {"pool_size": 10, "max_overflow": 20,
                                  "connect_args": {"application_name": "fleethq-web"}}
     # Who carries the outbox's after-commit hints: "dramatiq" (the tasks
@@ -84,7 +133,7 @@ class Defaults:
     OUTBOX_SENDER = "dramatiq"
     # The tasks broker in memory instead of on REDIS_URL (tests).
     STUB_BROKER = False
-    # Worker traffic has its own pool (DESIGN §12: 16..64, default 20).
+    # Connections of the worker-traffic pool per process (DESIGN §12: 16..64).
     FLEET_POOL_SIZE = 20
     # "transaction" when DATABASE_URL is a transaction-mode pooler (PgBouncer):
     # no server-side prepared statements, and DIRECT_DATABASE_URL required for
@@ -92,7 +141,28 @@ class Defaults:
     DATABASE_POOLER = "none"
     # The database itself, bypassing any pooler; defaults to DATABASE_URL.
     DIRECT_DATABASE_URL = None
-
+    # The S3 bucket of the object store (docs/storage.md); unset, OBJECT_STORE_DIR is the store.
+    S3_BUCKET = None
+    # The S3 endpoint (MinIO or another S3-compatible service); unset, AWS.
+    S3_ENDPOINT_URL = None
+    # The endpoint downloaders reach, for presigned URLs.
+    S3_PUBLIC_ENDPOINT_URL = None
+    # The S3 region.
+    S3_REGION = None
+    # The S3 access key id.
+    S3_ACCESS_KEY_ID = None
+    # The S3 secret access key.
+    S3_SECRET_ACCESS_KEY = None
+    # A key prefix inside the bucket.
+    S3_PREFIX = ""
+    # "path" or "virtual"; path when an endpoint is set.
+    S3_ADDRESSING_STYLE = None
+    # Seconds to connect to S3.
+    S3_CONNECT_TIMEOUT = 3
+    # Seconds to wait for an S3 answer.
+    S3_READ_TIMEOUT = 5
+    # Tries of one S3 call, the first included.
+    S3_MAX_ATTEMPTS = 3
 
 def _coerce(key: str, raw: str):
     """Settings whose default is a string or unset (keys, paths, URLs, ids)
