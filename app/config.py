@@ -217,8 +217,9 @@ def load(overrides: dict | None = None) -> dict:
     for key, low, high in RETENTION_BOUNDS:
         _bounded_int(cfg, key, low, high)
     session_args = _pooler_connect_args(cfg)
-    if cfg["SPOOL_BACKEND"] not in ("local", "s3"):
-        raise ValueError(f"SPOOL_BACKEND must be local or s3, not {cfg['SPOOL_BACKEND']!r}")
+    if cfg["SPOOL_BACKEND"] not in SPOOL_BACKENDS:
+        raise ValueError(f"SPOOL_BACKEND must be {' or '.join(SPOOL_BACKENDS)}, "
+                         f"not {cfg['SPOOL_BACKEND']!r}")
     if cfg["SPOOL_BACKEND"] == "s3" and not cfg.get("S3_BUCKET"):
         raise ValueError("SPOOL_BACKEND=s3 stages uploads in the object store: set S3_BUCKET")
     cfg["SQLALCHEMY_ENGINE_OPTIONS"] = {
@@ -233,6 +234,7 @@ def load(overrides: dict | None = None) -> dict:
 
 OUTBOX_SENDERS = ("dramatiq", "recording")
 DATABASE_POOLERS = ("none", "transaction")
+SPOOL_BACKENDS = ("local", "s3")
 
 
 def _pooler_connect_args(cfg: dict) -> dict:

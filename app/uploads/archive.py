@@ -52,9 +52,8 @@ def commit(attempt_id: int, store) -> str:
         return "skip"
     sha256, size, spool_file, spool_stamp, project_id, job_id, value, pages = row
     object_key = content_key(sha256)
-    staged_in_store = spool_mod.in_store(spool_file)
     try:
-        if staged_in_store:
+        if spool_mod.in_store(spool_file):
             # s3 staging: a copy inside the store, checked against the SHA-256
             # the store recorded when the web process put it.
             store.copy(spool_file, object_key, sha256_hex=sha256, size=size)
@@ -70,22 +69,14 @@ def commit(attempt_id: int, store) -> str:
         # The staged object is gone (deleted by hand, or a bucket lifecycle
         # rule): no retry can bring it back, so the job goes back to the queue.
         log.error("staged object of attempt %s is missing: %s", attempt_id, exc)
-        transitions.discard_damaged(attempt_id, {
-            "code": "spool_damaged", "message": f"the staged object is missing: {exc}"})
-        outbox.done("archive_commit", attempt_id)
-        db.session.commit()
-        return "skip"
+        return _discard_damaged(attempt_id, f"the staged object is missing: {exc}", None, store)
     except IntegrityError as exc:
         if exc.stored:  # the store's object is wrong: an operator's problem, keep retrying
             return _retry(attempt_id, exc)
         # The spool file itself no longer matches: retrying cannot help.
         log.error("spool file of attempt %s no longer matches its upload: %s", attempt_id, exc)
-        transitions.discard_damaged(attempt_id, {
-            "code": "spool_damaged", "message": f"the staged file changed after upload: {exc}"})
-        outbox.done("archive_commit", attempt_id)
-        db.session.commit()
-        _remove_staged(spool_file, store)
-        return "skip"
+        return _discard_damaged(attempt_id, f"the staged file changed after upload: {exc}",
+                                spool_file, store)
     except (StorageError, OSError) as exc:
         return _retry(attempt_id, exc)
     made_from = derived_uploads.for_archive(attempt_id, job_id)
@@ -111,15 +102,15 @@ def commit(attempt_id: int, store) -> str:
     db.session.commit()
     if not completed:
         return "skip"  # finished or expired meanwhile; nothing more to do
-    _remove_staged(spool_file, store)
+    spool_mod.remove_location(spool_file, store)
     return "done"
 
 
-def _remove_staged(spool_file: str, store) -> None:
-    if not spool_mod.in_store(spool_file):
-        spool_mod.remove_quietly(spool_file)
-        return
-    try:
-        store.delete(spool_file)
-    except StorageError as exc:  # the sweeper removes it once no upload owns it
-        log.warning("could not delete staged object %s: %s", spool_file, exc)
+def _discard_damaged(attempt_id: int, message: str, spool_file: str | None, store) -> str:
+    """No retry can help: the upload fails with ``spool_damaged`` and its job
+    goes back to the queue; what is left of the file goes."""
+    transitions.discard_damaged(attempt_id, {"code": "spool_damaged", "message": message})
+    outbox.done("archive_commit", attempt_id)
+    db.session.commit()
+    spool_mod.remove_location(spool_file, store)
+    return "skip"

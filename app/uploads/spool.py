@@ -20,6 +20,7 @@ A staged upload's ``spool_file`` is an absolute path (local) or a key under
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -31,10 +32,10 @@ from app.errors import FleetError
 from app.extensions import db
 from app.storage.base import ObjectStore, StorageError, hash_stream
 
+log = logging.getLogger(__name__)
 _NAME = re.compile(r"\A(\d+)\.(\d+)\.(part|pdf)\Z")
 _STAGED = re.compile(r"\A(\d+)\.(\d+)\.(pdf|held)\Z")
 STAGING_PREFIX = "staging/"
-SPOOL_BACKENDS = ("local", "s3")
 
 
 def staging_key(attempt_id: int, generation: int, suffix: str = "pdf") -> str:
@@ -61,15 +62,8 @@ class Spool:
     def from_config(cls, config) -> "Spool":
         directory = config.get("SPOOL_DIR") or os.path.join(config["DATA_DIR"], "spool")
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        backend = config.get("SPOOL_BACKEND") or "local"
-        if backend not in SPOOL_BACKENDS:
-            raise ValueError(f"SPOOL_BACKEND must be one of {', '.join(SPOOL_BACKENDS)}, "
-                             f"not {backend!r}")
-        staging = None
-        if backend == "s3":
-            if not config.get("S3_BUCKET"):
-                raise ValueError("SPOOL_BACKEND=s3 stages uploads in the object store: set S3_BUCKET")
-            staging = storage.shared_store(config)
+        # config.load refused any other backend, and s3 without S3_BUCKET.
+        staging = storage.shared_store(config) if config.get("SPOOL_BACKEND") == "s3" else None
         return cls(os.path.abspath(directory), int(config["SPOOL_MAX_BYTES"]), staging)
 
     def publish(self, part: str, attempt_id: int, generation: int, sha256: str, size: int) -> str:
@@ -109,16 +103,8 @@ class Spool:
         return os.path.exists(location)
 
     def remove(self, location: str | None) -> None:
-        """Delete a spool file or staged object if present; a store that
-        cannot be reached now leaves the object to the sweeper."""
-        if not in_store(location):
-            remove_quietly(location)
-            return
-        try:
-            if self.staging is not None:
-                self.staging.delete(location)
-        except StorageError:
-            pass
+        """Delete a spool file or staged object if present (see :func:`remove_location`)."""
+        remove_location(location, self.staging)
 
     def part_path(self, attempt_id: int, generation: int) -> str:
         return os.path.join(self.directory, f"{attempt_id}.{generation}.part")
@@ -200,6 +186,20 @@ def stamp(file: str | int) -> str:
     """
     st = os.stat(file)
     return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def remove_location(location: str | None, store: ObjectStore | None) -> None:
+    """Delete a recorded spool location if present: a local file, or a staged
+    object in ``store``. A store that cannot be reached now leaves the object
+    to the sweeper, which removes it once no upload owns it."""
+    if not in_store(location):
+        remove_quietly(location)
+        return
+    try:
+        if store is not None:
+            store.delete(location)
+    except StorageError as exc:
+        log.warning("could not delete staged object %s: %s", location, exc)
 
 
 def remove_quietly(path: str | None) -> None:
