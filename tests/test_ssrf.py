@@ -214,7 +214,7 @@ def test_cross_origin_redirect_drops_caller_credentials(pub, cfg, monkeypatch):
 @pytest.mark.parametrize("target", ["loopback", "metadata", "private", "mapped"])
 def test_browser_lane_refuses_forbidden_navigation(pub, tmp_path, target):
     """A page whose JS navigates (or a redirect the browser gets) into forbidden space."""
-    cfg = pub.fetch_config(timeout_s=10)
+    cfg = pub.fetch_config(timeout_s=30)
     for path in (f"/ssrf/js-{target}", f"/js/ssrf/{target}"):
         with pytest.raises(Blocked):
             browser.fetch_with_browser(pub.url + path, str(tmp_path), cfg)
@@ -224,7 +224,7 @@ def test_browser_lane_refuses_forbidden_navigation(pub, tmp_path, target):
 
 def test_browser_lane_refuses_forbidden_subresources(pub, tmp_path):
     """Scripts, iframes and fetch() into forbidden space are refused; the PDF still comes."""
-    cfg = pub.fetch_config(timeout_s=10)
+    cfg = pub.fetch_config(timeout_s=30)
     for target in ("loopback", "metadata"):
         path, info, source, strategy, details = browser.fetch_with_browser(
             f"{pub.url}/ssrf/embed-{target}", str(tmp_path), cfg)

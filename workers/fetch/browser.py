@@ -95,9 +95,14 @@ class _Lane:
         except FetchFailure as exc:
             if isinstance(exc, Blocked):
                 self.blocked.append(request.url[:500])
-            # Whether this sinks the lane is decided in _drive, once the
-            # top-level document shows Chrome's error page: a refused iframe
-            # or script must only cost that resource.
+                if main:
+                    # The page itself is being sent into forbidden space:
+                    # that ends the lane now, not whenever (or whether)
+                    # Chrome gets round to committing its error page.
+                    self.fatal = exc
+            # Other failures are judged in _drive, once the top-level
+            # document shows Chrome's error page: a refused iframe or
+            # script must only cost that resource.
             if is_doc and (main or self.doc_failure is None):
                 self.doc_failure = exc
             return route.abort("blockedbyclient" if isinstance(exc, Blocked)
@@ -171,9 +176,10 @@ class _Lane:
 
 def fetch_with_browser(url: str, dest_dir: str, cfg):
     """Render ``url``; return (path, PdfInfo, source_url, 'browser', details) or raise."""
-    deadline = time.monotonic() + cfg.timeout_s
     browser = thread_browser(cfg)                      # raises BrowserUnavailable
-    lane = _Lane(cfg, dest_dir, deadline)
+    # The budget is the page's, so it starts once the browser is up: a
+    # first launch on a busy host can take seconds the page never had.
+    lane = _Lane(cfg, dest_dir, time.monotonic() + cfg.timeout_s)
     try:
         context = browser.new_context(accept_downloads=True, service_workers="block",
                                       viewport={"width": 1280, "height": 900})
