@@ -11,7 +11,7 @@ install: $(VENV)/.installed
 # cannot download browsers here), a CJK font (the Chinese pages' screenshots)
 # Tesseract 5 with the English, Polish and orientation (osd) packs, and
 # PgBouncer (the transaction-pooler tests). Only what is missing is installed; without root
-# the missing names are printed and the tests that need them fail.
+# make stops at once with the one apt-get line to run as root.
 SYSTEM_PACKAGES_MISSING = $(strip \
 	$(if $(shell command -v chromium),,chromium) \
 	$(if $(shell command -v tesseract),,tesseract-ocr) \
@@ -25,13 +25,15 @@ ifneq ($(SYSTEM_PACKAGES_MISSING),)
 		export DEBIAN_FRONTEND=noninteractive; \
 		apt-get install -y -q $(SYSTEM_PACKAGES_MISSING) >/dev/null 2>&1 || \
 		{ apt-get update -q && apt-get install -y -q $(SYSTEM_PACKAGES_MISSING); }; \
-	else echo "missing system packages (install as root): $(SYSTEM_PACKAGES_MISSING)"; fi
+	else echo "missing system packages; as root run: apt-get install $(SYSTEM_PACKAGES_MISSING)" >&2; exit 1; fi
 endif
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[worker,embedded,test]'
+	# setuptools explains editable installs with a UserWarning banner on every
+	# install; it is information, not a problem, so it is not printed.
+	PYTHONWARNINGS=ignore::UserWarning $(BIN)/pip install -q -e '.[worker,embedded,test]'
 	touch $@
 
 # The page catalogs (app/translations/<lang>/LC_MESSAGES/messages.po) are

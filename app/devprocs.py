@@ -72,44 +72,106 @@ class Stack:
             raise StepFailed(f"{name} failed (exit {proc.returncode}): {' '.join(args[1:])}")
 
     def spawn(self, name: str, args: list[str], env: dict) -> None:
-        # Own session: Ctrl-C reaches only devstack, which stops children in order.
-        # PDEATHSIG: a killed devstack does not leave children behind.
-        proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
-                                preexec_fn=embedded.die_with_parent)
-        self.children[name] = proc
-        threading.Thread(target=self._pump, args=(name, proc), daemon=True).start()
-
-    @staticmethod
-    def _pump(name: str, proc: subprocess.Popen) -> None:
-        for raw in proc.stdout:
-            say(name, raw.decode(errors="replace").rstrip("\n"))
+        self.children[name] = _Child(name, args, env)
+        self.children[name].start()
 
     def check_children(self) -> None:
-        for name, proc in self.children.items():
-            if proc.poll() is not None:
-                raise StepFailed(f"{name} exited unexpectedly (exit {proc.returncode})")
+        """Restart a child that died, as foreman-style supervisors do, but keep the stack up."""
+        for child in self.children.values():
+            child.supervise()
 
     # --- shutdown ----------------------------------------------------------------
 
     def shutdown(self) -> None:
-        for proc in self.children.values():
-            if proc.poll() is None:
-                proc.terminate()
+        # Every child's whole process group, dead or alive: a child killed
+        # with -9 leaves its own children (dramatiq's worker processes,
+        # gunicorn's workers, Chromium) in the group, still holding
+        # database connections.
+        children = list(self.children.values())
+        for child in children:
+            child.signal_group(signal.SIGTERM)
         deadline = time.monotonic() + 20
-        for name, proc in self.children.items():
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                say("devstack", f"{name} did not stop in time: killing it")
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        for child in children:
+            if not child.wait_group(max(0.1, deadline - time.monotonic())):
+                say("devstack", f"{child.name} did not stop in time: killing it")
+                child.signal_group(signal.SIGKILL)
+                child.wait_group(5)
         for name, stop in reversed(self.stoppers):
             try:
                 stop()
                 say(name, "stopped")
             except Exception as exc:  # keep stopping the others
                 say(name, f"could not stop: {exc}")
+
+
+class _Child:
+    """One long-running child in a process group of its own, restarted with backoff."""
+
+    BACKOFF_S = (1, 2, 5, 10, 30)
+    STEADY_S = 60           # up this long: the next crash starts the backoff over
+
+    def __init__(self, name: str, args: list[str], env: dict):
+        self.name, self.args, self.env = name, args, env
+        self.proc: subprocess.Popen | None = None
+        self.started_at = 0.0
+        self.crashes = 0
+        self.restart_at: float | None = None
+
+    def start(self) -> None:
+        # Own session: Ctrl-C reaches only devstack, which stops children in
+        # order. PDEATHSIG: a killed devstack does not leave children behind.
+        self.proc = subprocess.Popen(self.args, env=self.env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True, preexec_fn=embedded.die_with_parent)
+        self.started_at = time.monotonic()
+        say("devstack", f"{self.name} started (pid {self.proc.pid})")
+        threading.Thread(target=self._pump, args=(self.proc,), daemon=True).start()
+
+    def _pump(self, proc: subprocess.Popen) -> None:
+        for raw in proc.stdout:
+            say(self.name, raw.decode(errors="replace").rstrip("\n"))
+
+    def supervise(self) -> None:
+        now = time.monotonic()
+        if self.restart_at is not None:
+            if now >= self.restart_at:
+                self.restart_at = None
+                self.start()
+                say("devstack", f"{self.name} restarted (pid {self.proc.pid})")
+            return
+        code = self.proc.poll()
+        if code is None:
+            return
+        # What the dead child started must not outlive it, nor meet its successor.
+        self.signal_group(signal.SIGKILL)
+        self.wait_group(5)
+        if now - self.started_at >= self.STEADY_S:
+            self.crashes = 0
+        delay = self.BACKOFF_S[min(self.crashes, len(self.BACKOFF_S) - 1)]
+        self.crashes += 1
+        self.restart_at = now + delay
+        say("devstack", f"{self.name} exited unexpectedly (exit {code}); restarting in {delay} s")
+
+    def signal_group(self, signum: int) -> None:
+        try:
+            os.killpg(self.proc.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass          # the group is empty already
+
+    def wait_group(self, timeout: float) -> bool:
+        """Wait until every process of the group has gone; reap the leader."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.proc.poll()
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                return True
+            except PermissionError:
+                pass
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
 
 
 def wait_ready(stack: Stack, base: str, timeout: float = 90) -> None:

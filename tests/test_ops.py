@@ -18,7 +18,7 @@ import requests
 
 from tests.conftest import PG_USER, free_port, unique
 from tests.gunicorn_master import Gunicorn
-from tests.helpers import Api, body, values
+from tests.helpers import Api, body, values, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLAIM_ENDPOINT = "/api/v1/projects/<project_id>/jobs/claim"
@@ -437,13 +437,57 @@ def test_host_commands_find_the_make_dev_stack_with_nothing_exported():
         stack = DevStack(root)
         try:
             _use_the_stack_from_a_second_shell(stack, root, state_file)
+            _a_killed_child_is_restarted(stack)
         finally:
             stack.stop()
         assert stack.proc.returncode == 0, "\n".join(stack.lines[-40:])
         assert not stack.left_postgres_running
         assert not os.path.exists(state_file), "make dev left its state file behind"
+        assert _processes_in(root) == [], "make dev left processes behind"
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _processes_in(root) -> list[str]:
+    """Command lines of the live processes whose working directory is ``root``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{pid}/cwd") != root:
+                continue
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                found.append(fh.read().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue
+    return found
+
+
+def _a_killed_child_is_restarted(stack):
+    """kill -9 of tasks: its dramatiq workers go with it, a new one starts, the stack stays up."""
+    tasks = [p for p in _processes_in(stack.root) if "tasks:setup_broker" in p]
+    assert len(tasks) >= 2, tasks          # dramatiq's main process and its worker process
+    [pid] = [int(line.rsplit("pid ", 1)[1].rstrip(")")) for line in stack.lines
+             if "tasks started (pid" in line]
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: any("tasks restarted (pid" in line for line in stack.lines), timeout=30)
+    assert any("tasks exited unexpectedly (exit -9); restarting in 1 s" in line for line in stack.lines)
+    assert stack.proc.poll() is None, "make dev stopped when one child died"
+    [line] = [line for line in stack.lines if "tasks restarted (pid" in line]
+    new_pid = int(line.rsplit("pid ", 1)[1].rstrip(")"))
+    wait_for(lambda: len([p for p in _processes_in(stack.root) if "tasks:setup_broker" in p]) >= 2,
+             timeout=60)
+    # Nothing of the killed child's group is left beside its successor.
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{p}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        assert int(fields[2]) != pid, f"process {p} of the killed tasks group is still alive"
+    assert new_pid != pid
 
 
 def _use_the_stack_from_a_second_shell(stack, root, state_file):
