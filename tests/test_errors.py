@@ -563,6 +563,20 @@ def test_500_never_carries_internals(database_url):
         assert leak not in text
 
 
+def test_an_unreachable_database_answers_a_retryable_internal_error():
+    """A PostgreSQL restart mid-request: nothing changed, so the worker is told to try again."""
+    from tests.test_ops import closed_port_url, make_app
+
+    app = make_app(closed_port_url(), check_schema=False)
+    response = app.test_client().post("/api/v1/projects/p/jobs/claim", json={"worker_id": "w1"},
+                                      headers={"Authorization": "Bearer fhq_x"})
+    assert response.status_code == 500
+    err = json.loads(response.data)["error"]
+    assert set(err) == ENVELOPE_KEYS
+    assert (err["code"], err["retryable"], err["retry_after_ms"]) == ("internal_error", True, 1000)
+    assert "127.0.0.1" not in response.data.decode() and "psycopg" not in response.data.decode()
+
+
 # --------------------------------------------------------------- Cache-Control
 
 

@@ -31,6 +31,16 @@ def _is_api() -> bool:
     return request.path.startswith("/api/")
 
 
+DATABASE_RETRY_AFTER_MS = 1000
+
+
+def _database_unreachable(exc: Exception) -> bool:
+    """A lost or refused database connection (not a bad statement)."""
+    from sqlalchemy.exc import DBAPIError, OperationalError
+    return isinstance(exc, OperationalError) or (isinstance(exc, DBAPIError)
+                                                 and exc.connection_invalidated)
+
+
 def init_app(app) -> None:
     from app.api import (admin, admin_users, fleet, fleethq_admin, hooks, jobs,  # noqa: F401
                          openapi, search)  # (routes register on bp)
@@ -56,8 +66,16 @@ def init_app(app) -> None:
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):
-        log.exception("unhandled error")
         err = FleetError("internal error")  # never leak internals
+        if _database_unreachable(exc):
+            # A restart or failover of PostgreSQL: nothing was changed (the
+            # transaction died with the connection), so the same request may
+            # simply be sent again. SavewebHQ answers 500 internal_error here
+            # too; retryable tells its clients and ours to try again.
+            log.warning("database unreachable: %s", str(getattr(exc, "orig", exc)).splitlines()[0][:300])
+            err.retryable, err.retry_after_ms = True, DATABASE_RETRY_AFTER_MS
+        else:
+            log.exception("unhandled error")
         return error_response(err) if _is_api() else ("internal error", 500)
 
     @app.before_request

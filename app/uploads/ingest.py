@@ -165,6 +165,7 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
     deadline = time.monotonic() + admission.deadline_s
     generation = admission.generation
     part, fd = spool.create_exclusive(attempt_id, generation)
+    spool.drop_superseded_parts(attempt_id, generation)
     try:
         try:
             digest = _stream_to(fd, stream, meta.size, deadline, sock)

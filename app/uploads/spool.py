@@ -109,6 +109,17 @@ class Spool:
     def part_path(self, attempt_id: int, generation: int) -> str:
         return os.path.join(self.directory, f"{attempt_id}.{generation}.part")
 
+    def drop_superseded_parts(self, attempt_id: int, generation: int) -> None:
+        """Remove this host's part files of earlier generations of the attempt.
+
+        A new generation supersedes them: their streams died (a web process
+        killed mid-upload, a dropped connection) or will be refused at their
+        end. With s3 staging nobody else would ever see them: the sweeper
+        runs beside the tasks process, on another disk.
+        """
+        for earlier in range(1, generation):
+            remove_quietly(self.part_path(attempt_id, earlier))
+
     def final_path(self, attempt_id: int, generation: int) -> str:
         return os.path.join(self.directory, f"{attempt_id}.{generation}.pdf")
 
