@@ -111,3 +111,26 @@ def post_fork(server, worker):
             libc.mallopt(_M_ARENA_MAX, 2)
     except (OSError, AttributeError):  # not glibc (musl, say): keep its defaults
         server.log.debug("mallopt unavailable; allocator defaults kept")
+
+
+def post_worker_init(worker):
+    """Sweep this host's scratch spool once the app is loaded.
+
+    With s3 staging an upload streams into the web process's own spool
+    directory, which no tasks process ever sees; a web process killed in the
+    middle of uploads leaves its part files there. Each worker removes those
+    no live upload owns (a finished or superseded generation at once, one
+    without any upload row after the sweeper's grace), as the spool sweeper
+    does for the directory it can see.
+    """
+    from app.uploads import sweeper
+    from app.uploads.spool import Spool
+
+    app = worker.wsgi
+    try:
+        with app.app_context():
+            removed = sweeper.remove_orphans(Spool.from_config(app.config), local_only=True)
+        if removed:
+            worker.log.info("removed %d leftover spool file(s)", removed)
+    except Exception as exc:  # the database may be down at boot: the next start sweeps
+        worker.log.warning("spool sweep at start skipped: %s", str(exc).splitlines()[0][:200])

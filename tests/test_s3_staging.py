@@ -247,3 +247,26 @@ def test_a_partial_upload_held_at_revocation_is_copied_into_the_store(
                          a=int(job["attempt_id"]))["spool_file"] == held_key, what="the held copy")
     assert keys(staging, "staging/") == [held_key]
     assert files_under(staging["web"] / "spool") == []
+
+
+def test_a_web_process_sweeps_its_own_scratch_spool_at_start(app, database_url, tmp_path):
+    """A web process killed mid-upload leaves part files on its own disk, which
+    no tasks process sees: the next start removes those nobody owns."""
+    from tests.gunicorn_master import Gunicorn
+    from tests.helpers import wait_for
+    spool = tmp_path / "data" / "spool"
+    spool.mkdir(parents=True)
+    stale, fresh = spool / "424242.1.part", spool / "424243.1.part"
+    stale.write_bytes(b"%PDF-1.7 half an upload")
+    fresh.write_bytes(b"%PDF-1.7 streaming elsewhere")
+    an_hour_ago = time.time() - 3600
+    os.utime(stale, (an_hour_ago, an_hour_ago))
+    web = Gunicorn({"DATABASE_URL": database_url, "FLEETHQ_DATA_DIR": str(tmp_path / "data"),
+                    "FLEETHQ_SECRET_KEY": "test"}, tmp_path / "web.log")
+    try:
+        web.wait_ready()
+        wait_for(lambda: not stale.exists(), timeout=30, what="the stale part file removed")
+        assert fresh.exists()      # within the grace: it may be a transfer still streaming
+        assert "removed 1 leftover spool file(s)" in web.log()
+    finally:
+        web.stop()

@@ -31,14 +31,21 @@ def sweep(config, *, now: float | None = None) -> dict:
             "held_released": released, "texts_dropped": texts}
 
 
-def remove_orphans(spool: Spool, *, now: float | None = None, grace_s: float = ORPHAN_GRACE_S) -> int:
+def remove_orphans(spool: Spool, *, now: float | None = None, grace_s: float = ORPHAN_GRACE_S,
+                   local_only: bool = False) -> int:
+    """Remove spool files and staged objects no live or held upload owns.
+
+    ``local_only``: this host's spool directory only, as a web process
+    does at start (with s3 staging its scratch files are on no other host's
+    disk, and a web process killed mid-upload leaves them there).
+    """
     now = time.time() if now is None else now
     live = {row[0]: (row[1], row[2], row[3]) for row in db.session.execute(text(
         "SELECT attempt_id, state, generation, spool_file FROM uploads "
         "WHERE state IN ('uploading', 'staged', 'held')"))}
     db.session.commit()
     try:
-        files = spool.files()
+        files = spool.local_files() if local_only else spool.files()
     except StorageError as exc:  # the store is down: sweep this host's files, the rest next time
         log.warning("could not list staged objects: %s", exc)
         files = spool.local_files()
