@@ -118,18 +118,26 @@ def run(schedule=SCHEDULE, stop=lambda: False, leadership: Leadership | None = N
         time.sleep(max(0.05, min(due.values()) - time.monotonic()))
 
 
+def _interrupt(*_):
+    # A handler that only sets a flag is not enough: time.sleep() resumes
+    # after it (PEP 475), so the clock would go on sleeping until its next
+    # due message (5 s by default, longer with longer periods, past `docker
+    # stop`'s 10 s grace). Raising ends the sleep at once; a send it cuts
+    # short is a lost hint only, and main() releases the lease.
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s clock %(message)s")
     import tasks
     from app import config as app_config
     settings = app_config.load()
     tasks.setup_broker(settings)
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     leadership = Leadership(settings["LISTEN_DSN"])
-    log.info("clock started (pid %s): waiting for the clock lease", os.getpid())
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
-        run(stop=lambda: bool(stopping), leadership=leadership)
+        log.info("clock started (pid %s): waiting for the clock lease", os.getpid())
+        run(leadership=leadership)
     except KeyboardInterrupt:
         pass
     finally:

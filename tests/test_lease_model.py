@@ -14,6 +14,7 @@ nothing; the counters equal a full count.
 from __future__ import annotations
 
 import itertools
+import os
 
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
@@ -249,7 +250,12 @@ def _lease_machine(app, client, admin_token):
 
 
 def test_the_lease_machine_keeps_its_invariants(app, client, admin_token):
+    # make test runs a bounded, repeatable exploration; bench/model.py a
+    # longer one, with fresh random choices, through these variables.
+    examples = int(os.environ.get("FLEETHQ_MODEL_EXAMPLES", "25"))
+    steps = int(os.environ.get("FLEETHQ_MODEL_STEPS", "40"))
     machine = _lease_machine(app, client, admin_token)
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=25, stateful_step_count=40, deadline=None, derandomize=True,
+        max_examples=examples, stateful_step_count=steps, deadline=None,
+        derandomize=not os.environ.get("FLEETHQ_MODEL_RANDOM"),
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]))
