@@ -15,6 +15,10 @@ def create_app(config: dict | None = None, *, check_schema: bool = True,
     # Keep documented field order in responses; sorting also costs time on hot routes.
     app.json.sort_keys = False
     app.config.update(config_module.load(config))
+    if int(app.config["TRUSTED_PROXIES"]) > 0:
+        from werkzeug.middleware.proxy_fix import ProxyFix
+        hops = int(app.config["TRUSTED_PROXIES"])
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops, x_host=hops)
     if not app.config.get("SECRET_KEY"):
         import secrets
         app.config["SECRET_KEY"] = secrets.token_hex(32)

@@ -116,6 +116,11 @@ class Defaults:
     ENROLL_RATE_LIMIT = 10
     # The enrollment limit's window in seconds.
     ENROLL_RATE_WINDOW_S = 60
+    # Reverse proxies in front of web whose X-Forwarded-For, -Proto and -Host
+    # are believed (werkzeug's ProxyFix): 1 behind one nginx. 0 believes none,
+    # and every client behind a proxy then shares the proxy's address in the
+    # sign-in and enrollment limits.
+    TRUSTED_PROXIES = 0
     # The address workers and browsers use (links, enrollment commands); unset, the request's host.
     PUBLIC_URL = None
     # The development sign-in without GitHub (make dev only).

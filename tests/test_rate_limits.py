@@ -28,3 +28,27 @@ def test_guessing_credentials_is_limited_too(app, client, monkeypatch):
         codes.append(client.post("/api/v1/fleet/register", json={
             "id": node_id, "name": "n", "enrollment_token": "fhqe_guess", "secret": secret}).status_code)
     assert codes == [403, 403, 429]
+
+
+def test_behind_a_trusted_proxy_each_client_has_its_own_enrollment_budget(app, database_url):
+    """TRUSTED_PROXIES=1: the address is the client's from X-Forwarded-For, not the proxy's."""
+    from app import create_app
+
+    def registrar(**settings):
+        other = create_app({"DATABASE_URL": database_url, "TESTING": True, "LOG_JSON": False,
+                            "OUTBOX_SENDER": "recording", "ENROLL_RATE_LIMIT": 1, **settings})
+        client = other.test_client()
+
+        def register(forwarded_for):
+            node_id, secret = new_identity()
+            return client.post("/api/v1/fleet/register", headers={"X-Forwarded-For": forwarded_for},
+                               json={"id": node_id, "name": "n", "enrollment_token": "fhqe_guess",
+                                     "secret": secret}).status_code
+        return register
+
+    behind_proxy = registrar(TRUSTED_PROXIES=1)
+    assert [behind_proxy("203.0.113.7"), behind_proxy("203.0.113.7")] == [403, 429]
+    assert behind_proxy("198.51.100.9") == 403          # another client, a budget of its own
+    # Without the setting the header is not believed: every caller is the proxy.
+    direct = registrar()
+    assert [direct("192.0.2.1"), direct("192.0.2.2")] == [403, 429]
