@@ -1,10 +1,14 @@
 """Extensions, created unbound; ``create_app`` binds them."""
 import functools
+import re
+
+import psycopg
 
 from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
 from flask_sqlalchemy.session import Session
-from sqlalchemy import MetaData, text
+from sqlalchemy import MetaData
+from sqlalchemy.exc import DBAPIError
 
 # Stable constraint names keep Alembic autogenerate and the drift test honest.
 NAMING = {
@@ -38,10 +42,39 @@ def use_fleet_pool() -> None:
     db.session.info[FLEET_BIND] = True
 
 
-# The hot worker routes run a handful of fixed statements: building a
-# TextClause parses its bind parameters with a regex, so each text is built
-# once and reused (SQLAlchemy statements are immutable once built).
-statement = functools.lru_cache(maxsize=256)(text)
+_NAMED = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")   # SQLAlchemy's own rule for text()
+
+
+@functools.lru_cache(maxsize=64)
+def driver_sql(sql: str) -> str:
+    """``:name`` parameters (SQLAlchemy's) as ``%(name)s`` (psycopg's); ``::`` casts stay."""
+    return _NAMED.sub(r"%(\1)s", sql.replace("%", "%%"))
+
+
+def fetch_rows(sql: str, params: dict) -> list[tuple]:
+    """Run one of the worker routes' fixed statements in the session's
+    transaction, straight through psycopg, and return its rows as tuples.
+
+    For the few statements every claim and outcome runs: SQLAlchemy's
+    execution layers (compiled-cache lookup, parameter processing, result
+    metadata) cost about as much web CPU as the driver itself, and these
+    statements need none of it. Driver errors come out as SQLAlchemy's
+    exceptions, as from ``db.session.execute``, and a connection the driver
+    found broken is invalidated so that the pool replaces it.
+    """
+    connection = db.session.connection()
+    driver = connection.connection.driver_connection
+    try:
+        with driver.cursor() as cursor:
+            cursor.execute(driver_sql(sql), params)
+            return cursor.fetchall() if cursor.description is not None else []
+    except psycopg.Error as exc:
+        broken = driver.broken
+        if broken:
+            connection.invalidate()
+        raise DBAPIError.instance(sql, params, exc, psycopg.Error,
+                                  connection_invalidated=broken) from None
+
 
 db = SQLAlchemy(metadata=MetaData(naming_convention=NAMING),
                 session_options={"class_": RoutedSession})

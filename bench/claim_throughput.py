@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import re
 import threading
 import time
 
@@ -18,6 +17,7 @@ import psycopg
 
 from _common import VERSION, admin_token, api, fresh_database, gunicorn
 
+from app.extensions import driver_sql
 from app.projects import leasing, outcomes
 
 
@@ -62,13 +62,8 @@ def http_worker(base, token, project, worker_id, done_counter, lock):
             done_counter[0] += applied
 
 
-def _psycopg_sql(sql: str) -> str:
-    """Turn SQLAlchemy ``:name`` parameters into psycopg ``%(name)s``."""
-    return re.sub(r"(?<!:):([a-z_]+)", r"%(\1)s", sql)
-
-
-CLAIM = _psycopg_sql(leasing._claim_sql("fifo", ("seed", "asset")))
-COMPLETE = _psycopg_sql(outcomes._COMPLETE_SQL)
+CLAIM = driver_sql(leasing._claim_sql("fifo", ("seed", "asset")))
+COMPLETE = driver_sql(outcomes._COMPLETE_SQL)
 
 
 def sql_worker(url, project, worker_id, done_counter, lock):

@@ -72,10 +72,31 @@ def _clean_database(request):
     application = request.getfixturevalue("app")
     from app.extensions import db
     with application.app_context():
-        db.session.execute(db.text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
+        connection = db.session.connection().connection.driver_connection
+        connection.execute(_emptying_sql(connection))
         db.session.commit()
         db.session.remove()
     yield
+
+
+_EMPTYING: list[str] = []
+
+
+def _emptying_sql(connection) -> str:
+    """Empty every table and restart every sequence, as ``TRUNCATE … RESTART
+    IDENTITY`` would, in about 5 ms instead of 135: the tables a test leaves
+    are small, and TRUNCATE pays for new files per table whatever their size.
+    Triggers and foreign keys are off for it (``session_replication_role``,
+    the test server's superuser may set it), so the order does not matter and
+    the counter triggers record nothing."""
+    if not _EMPTYING:
+        sequences = [row[0] for row in connection.execute(
+            "SELECT schemaname || '.' || sequencename FROM pg_sequences WHERE schemaname = 'public'")]
+        _EMPTYING.append(" ".join(
+            ["SET LOCAL session_replication_role = replica;"]
+            + [f"DELETE FROM {table};" for table in TABLES]
+            + [f"SELECT setval('{name}', 1, false);" for name in sequences]))
+    return _EMPTYING[0]
 
 
 @pytest.fixture

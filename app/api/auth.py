@@ -16,7 +16,7 @@ from app.accounts import service as accounts
 from app.accounts import tokens
 from app.accounts.service import Principal
 from app.errors import InvalidToken, PermissionDenied, UpgradeRequired
-from app.extensions import db, statement
+from app.extensions import db, fetch_rows
 from app.fleet import service as fleet
 from app.fleet.lanes import Lane
 from app.projects import service as projects
@@ -87,6 +87,10 @@ WHERE {accounts.TOKEN_LOOKUP_WHERE}
 """
 
 
+def _first(rows: list[tuple]) -> tuple | None:
+    return rows[0] if rows else None
+
+
 def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
     """Authenticate a worker call, load its project and the worker's standing
     in one round trip.
@@ -98,8 +102,7 @@ def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
     """
     token = bearer()
     if token.startswith(fleet.NODE_SECRET_PREFIX):
-        row = db.session.execute(statement(_NODE_CALL), {"p": project_id,
-                                                    "h": tokens.digest(token)}).first()
+        row = _first(fetch_rows(_NODE_CALL, {"p": project_id, "h": tokens.digest(token)}))
         if row is None or not tokens.matches(token, row[2]) or row[1] in ("rejected", "revoked"):
             raise InvalidToken("invalid node secret")
         who = Principal(user_id=None, roles=frozenset({"worker"}), node_id=row[0], node_status=row[1])
@@ -112,8 +115,8 @@ def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
         worker = Worker(worker_id=row[0], owner=None)
         mapped = None
     else:
-        row = db.session.execute(statement(_TOKEN_CALL), {"p": project_id, "w": worker_id,
-                                                     **accounts.lookup_params(token)}).first()
+        row = _first(fetch_rows(_TOKEN_CALL, {"p": project_id, "w": worker_id,
+                                              **accounts.lookup_params(token)}))
         if row is None:
             raise InvalidToken("invalid machine token")
         who = accounts.authenticate(token, row=row[:4])

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from sqlalchemy import text
 
 from app.errors import Conflict, RateLimited
-from app.extensions import db, statement
+from app.extensions import db, fetch_rows
 from app.fleet.lanes import REMOTE_ON_SQL, Lane, first_choice_free
 from app.projects import ratelimit, states, wakeups
 from app.projects.models import Project
@@ -239,16 +239,16 @@ def claim(project: Project, worker: Worker, *, max_jobs: int, lease_seconds: int
                                   details={"dispatch_qps": project.dispatch_qps})
             return ClaimResult([], IDLE_RETRY_MS, project.policy_version)
     lane_filter, held = _lane_filter(project, lane, stale_after_s)
-    sql = statement(_claim_sql(project.claim_order, accept_types, project.prefer_new_worker,
-                          project.max_worker_attempts is not None, lane_filter))
+    sql = _claim_sql(project.claim_order, accept_types, project.prefer_new_worker,
+                     project.max_worker_attempts is not None, lane_filter)
     params = {"p": project.id, "w": worker.worker_id, "o": worker.owner, "n": want,
               "lease": float(lease_seconds), "attempt_timeout": project.attempt_timeout_seconds,
               "task_timeout": project.task_timeout_seconds, "max_workers": project.max_worker_attempts,
               "types": list(accept_types), "fresh_s": float(fresh_after_s),
               "fallback_after": float(project.fallback_after_seconds)}
-    rows = db.session.execute(sql, params).all()
+    rows = fetch_rows(sql, params)
     if len(rows) < want and reap_limit and not gated and reap_expired(project.id, limit=reap_limit):
-        rows += db.session.execute(sql, {**params, "n": want - len(rows)}).all()
+        rows += fetch_rows(sql, {**params, "n": want - len(rows)})
     if tokens is not None:
         db.session.execute(text(
             "UPDATE project_dispatch SET tokens = :t, refilled_at = clock_timestamp() "

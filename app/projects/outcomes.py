@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import text
 
 from app.errors import Conflict
-from app.extensions import db, statement
+from app.extensions import db, fetch_rows
 from app.projects import states, wakeups
 from app.projects.leasing import Worker
 from app.projects.models import Project, savewebhq_state
@@ -173,8 +173,7 @@ def _run_outcome(project: Project, worker: Worker, items: list[dict], sql: str, 
     unique = _dedupe(items)
     results = {(it["job_id"], it["attempt_id"]): ItemResult(it["job_id"], it["attempt_id"])
                for it in unique}
-    rows = db.session.execute(statement(sql), {"p": project.id, "w": worker.worker_id,
-                                          "o": worker.owner, **params}).all()
+    rows = fetch_rows(sql, {"p": project.id, "w": worker.worker_id, "o": worker.owner, **params})
     released = False
     for row in rows:
         result = results[(row[0], row[1])]
