@@ -7,8 +7,10 @@ clock each get their own data directory, so they share no disk), gunicorn
 web (3 workers), the Dramatiq tasks process, the clock, the test publisher
 and a hook consumer. Then the fleet: three enrolled ``fleethq-worker``
 processes and the local fetcher (``flask fleet local-worker``) as the
-fallback lane on a pdf project, and, on a generic project, SDK workers
-(``workers.sdk``) and workers that speak SavewebHQ's wire with plain HTTP.
+fallback lane on two pdf projects, papers and scans; an enrolled OCR node
+and the local OCR lane (its fallback) on the OCR project that the scans'
+derive hook fills; and, on a generic project, SDK workers (``workers.sdk``)
+and workers that speak SavewebHQ's wire with plain HTTP.
 
 While they work it injects, at random moments (seeded): kill -9 of a
 worker of any kind (restarted), kill -9 of web, tasks or clock (restarted),
@@ -21,7 +23,8 @@ in PostgreSQL, the object store and the disks:
 - every job is done or failed, and each failure is the one its URL must give
   (the publisher serves some missing, gone and fake papers);
 - every done pdf job has exactly one asset, one ``done`` upload receipt and
-  its object in the store; no job has two finished attempts;
+  its object in the store; no job has two finished attempts; every archived
+  scan has one OCR job and, once that is done, one derived (OCRed) asset;
 - no spool file, staged object or worker-local file is left;
 - every asset's hook delivery is ``delivered`` and reached the consumer;
 - the kept counters equal a full count (jobs per state, reserved spool bytes).
@@ -29,8 +32,7 @@ in PostgreSQL, the object store and the disks:
 Last line: ``chaos jobs=N done=D failed=F duplicates=0 lost=0 spool_left=0
 counter_drift=0 faults=K`` (with ``unexplained`` and ``undelivered``
 beside); the exit status is 1 when an invariant is broken. ``--quick`` is the
-short variant ``make test`` runs (tests/test_chaos.py). The OCR pipeline is
-not part of the run.
+short variant ``make test`` runs (tests/test_chaos.py).
 """
 from __future__ import annotations
 
@@ -54,6 +56,10 @@ from _common import ROOT, free_port
 
 VERSION = "chaos-1"
 PDF_PROJECT, GENERIC_PROJECT = "papers", "crawl"
+# Scanned papers: fetched like the others; the derive hook turns each archived
+# one into an OCR job, served by an OCR node (first) and the local OCR lane.
+SCAN_PROJECT, OCR_PROJECT = "scans", "scans-ocr"
+PDF_PROJECTS = (PDF_PROJECT, SCAN_PROJECT, OCR_PROJECT)
 PAPER_KIB = 48
 # Publisher routes whose papers must fail, and the error each must end in.
 FAILING = {"/missing/{n}": "not_found", "/fakepdf/{n}": "invalid_pdf", "/gone/{n}": "not_found"}
@@ -182,7 +188,10 @@ class Chaos:
         self.logs = os.path.join(self.tmp, "logs")
         os.makedirs(self.logs)
         self.procs: dict[str, Proc] = {}
+        self.stop_faults = threading.Event()
+        self.fault_thread: threading.Thread | None = None
         self.fleet: list[str] = []          # names of worker processes
+        self.volumes: dict[str, str] = {}   # worker name -> its volume
         self.faults: list[str] = []
         # Below what the fleet holds at once (11 download slots), so that a
         # stalled archive fills it.
@@ -293,6 +302,13 @@ class Chaos:
             "client_versions": [VERSION]})
         self.call("PATCH", f"/api/v1/fleethq/projects/{GENERIC_PROJECT}", json={"task_timeout_seconds": 86400})
         self.flask("fleet", "add-hook", PDF_PROJECT, "--name", "chaos", "--url", self.hooks.url)
+        for name, lease in ((SCAN_PROJECT, 20), (OCR_PROJECT, 30)):
+            self.call("PUT", f"/api/v1/fleethq/projects/{name}", json={
+                "kind": "pdf", "identity_mode": "unique_value", "recommended_lease_seconds": lease,
+                "fallback_after_seconds": 10, **common})
+        self.call("POST", f"/api/v1/admin/projects/{SCAN_PROJECT}/hooks", json={
+            "name": "ocr", "kind": "derive", "target_project": OCR_PROJECT,
+            "profile": {"name": "ocr", "languages": "eng"}})
 
         n_pdf, n_generic = self.args.pdf_jobs, self.args.generic_jobs
         self.expected_failure: dict[str, str] = {}
@@ -307,11 +323,14 @@ class Chaos:
         for start in range(0, len(pdf), 5000):
             self.call("POST", f"/api/v1/admin/projects/{PDF_PROJECT}/jobs",
                       json={"jobs": [{"value": v} for v in pdf[start:start + 5000]]})
+        self.call("POST", f"/api/v1/admin/projects/{SCAN_PROJECT}/jobs", json={"jobs": [
+            {"value": f"{self.pub.url}/scans/{n}.pdf"} for n in range(1, self.args.ocr_jobs + 1)]})
         for start in range(0, n_generic, 5000):
             self.call("POST", f"/api/v1/admin/projects/{GENERIC_PROJECT}/jobs", json={"jobs": [
                 {"id": f"page-{i}", "value": f"https://example.test/page/{i}"}
                 for i in range(start, min(n_generic, start + 5000))]})
-        log(f"enqueued {n_pdf} pdf jobs ({len(self.expected_failure)} must fail) and {n_generic} generic jobs")
+        log(f"enqueued {n_pdf} pdf jobs ({len(self.expected_failure)} must fail), {self.args.ocr_jobs} "
+            f"scans to OCR and {n_generic} generic jobs")
 
     # --- the fleet --------------------------------------------------------------------
 
@@ -320,8 +339,12 @@ class Chaos:
                 if not k.startswith(("FLEETHQ_", "S3_")) and k not in ("DATABASE_URL", "REDIS_URL")}
 
     def worker_args(self) -> list[str]:
+        # A 30 s lease (the worker's default is 120): a claim whose answer a
+        # killed web process never sent comes back within lease + 5 s, and
+        # that bounds how long the run takes to settle.
         return ["--allow-http", "--client-version", VERSION, "--min-free-bytes", "0",
-                "--allow-networks", f"{self.pub.host}/32", "--log-level", "INFO"]
+                "--allow-networks", f"{self.pub.host}/32", "--log-level", "INFO",
+                "--lease-seconds", "30"]
 
     def start_fleet(self) -> None:
         from concurrent.futures import ThreadPoolExecutor
@@ -341,14 +364,16 @@ class Chaos:
                 return action()
 
         def enrolled_worker(i: int) -> str:
-            name = f"worker-{i}"
-            volume = os.path.join(self.tmp, name)
+            ocr = i == 3
+            name = "ocr-0" if ocr else f"worker-{i}"
+            volume = self.volumes[name] = os.path.join(self.tmp, name)
             credential = as_admin(lambda: fleet_service.create_enrollment("chaos", timedelta(minutes=15)))
             env = {**self.worker_env(), "FLEETHQ_ENROLL": credential}
+            work = (["--task", "ocr", "--project", OCR_PROJECT, "--concurrency", "1"] if ocr else
+                    ["--project", PDF_PROJECT, "--project", SCAN_PROJECT, "--concurrency", "3"])
             self.procs[name] = Proc(name, [
                 self.py, "-m", "workers.runner.cli", "run", "--master", self.base, "--volume", volume,
-                "--project", PDF_PROJECT, "--concurrency", "3", "--name", name, *self.worker_args()],
-                env, self.logs).start()
+                *work, "--name", name, *self.worker_args()], env, self.logs).start()
             identity = os.path.join(volume, "identity.json")
             wait_until(lambda: os.path.exists(identity) and json.load(open(identity)).get("registered"),
                        120, f"{name} registering")
@@ -356,16 +381,20 @@ class Chaos:
             as_admin(lambda: fleet_service.decide(node_id, "approve", actor="chaos"))
             return name
 
-        with ThreadPoolExecutor(3) as pool:
-            self.fleet += list(pool.map(enrolled_worker, range(3)))
-        # The local lane, as the Procfile's fetcher runs it: the fallback here.
-        env = {**self.master_env("fetcher"), "FLEETHQ_PROJECTS": PDF_PROJECT}
-        self.procs["fetcher"] = Proc("fetcher", [
-            self.py, "-m", "flask", "--app", "wsgi", "fleet", "local-worker", "--tier", "fallback",
-            "--volume", os.path.join(self.tmp, "fetcher-volume"), "--master-url", self.base,
-            "--concurrency", "2", "--", *[a for a in self.worker_args() if a != "--allow-http"]],
-            env, self.logs).start()
-        self.fleet.append("fetcher")
+        with ThreadPoolExecutor(4) as pool:
+            self.fleet += list(pool.map(enrolled_worker, range(4)))
+        # The local lanes, as the Procfile's fetcher runs them: the fallback
+        # here, for downloads and for OCR.
+        for name, work in (("fetcher", ["--project", PDF_PROJECT, "--project", SCAN_PROJECT]),
+                           ("ocr-local", ["--project", OCR_PROJECT, "--task", "ocr"])):
+            volume = self.volumes[name] = os.path.join(self.tmp, f"{name}-volume")
+            self.procs[name] = Proc(name, [
+                self.py, "-m", "flask", "--app", "wsgi", "fleet", "local-worker", "--tier", "fallback",
+                "--volume", volume, "--master-url", self.base, "--name", name,
+                "--concurrency", "2" if name == "fetcher" else "1", "--",
+                *work, *[a for a in self.worker_args() if a != "--allow-http"]],
+                self.master_env(name), self.logs).start()
+            self.fleet.append(name)
         for i in range(self.args.generic_workers):
             for role in ("sdk", "raw"):
                 name = f"{role}-{i}"
@@ -472,15 +501,26 @@ class Chaos:
             return {}
         return {f"{p}:{s}": n for p, s, n in rows}
 
+    def work_done(self) -> bool:
+        try:
+            return self.query("SELECT count(*) FROM jobs WHERE state NOT IN "
+                              "('done', 'failed', 'reset_exhausted')")[0][0] == 0
+        except psycopg.Error:
+            return False
+
     def settled(self) -> bool:
         open_jobs = self.query("SELECT count(*) FROM jobs WHERE state NOT IN ('done', 'failed', 'reset_exhausted')")[0][0]
         uploads = self.query("SELECT count(*) FROM uploads WHERE state IN ('uploading', 'staged')")[0][0]
         hooks = self.query("SELECT count(*) FROM hook_deliveries WHERE state <> 'delivered'")[0][0]
         outbox = self.query("SELECT count(*) FROM outbox WHERE done_at IS NULL")[0][0]
         missing_hooks = self.query(
-            "SELECT count(*) FROM assets a WHERE NOT EXISTS (SELECT 1 FROM hook_deliveries d "
-            "WHERE d.attempt_id = a.attempt_id)")[0][0]
-        return open_jobs == 0 and uploads == 0 and hooks == 0 and outbox == 0 and missing_hooks == 0
+            "SELECT count(*) FROM assets a WHERE a.project_id IN (%s, %s) AND NOT EXISTS "
+            "(SELECT 1 FROM hook_deliveries d WHERE d.attempt_id = a.attempt_id)",
+            PDF_PROJECT, SCAN_PROJECT)[0][0]
+        # What a process killed mid-way left in the spool goes with the
+        # sweeper's next round (every 20 s here): part of settling.
+        return (open_jobs == 0 and uploads == 0 and hooks == 0 and outbox == 0 and missing_hooks == 0
+                and not self.master_files_left())
 
     def check(self) -> dict:
         q = self.query
@@ -497,15 +537,23 @@ class Chaos:
                            "GROUP BY job_id HAVING count(*) > 1) t")[0][0]
         assets_twice = q("SELECT count(*) FROM (SELECT job_id FROM assets GROUP BY job_id "
                          "HAVING count(*) > 1) t")[0][0]
-        no_asset = q("SELECT count(*) FROM jobs j WHERE j.project_id = %s AND j.state = 'done' AND NOT EXISTS "
-                     "(SELECT 1 FROM assets a WHERE a.job_id = j.id)", PDF_PROJECT)[0][0]
-        no_receipt = q("SELECT count(*) FROM jobs j WHERE j.project_id = %s AND j.state = 'done' AND NOT EXISTS "
-                       "(SELECT 1 FROM uploads u WHERE u.job_id = j.id AND u.state = 'done')", PDF_PROJECT)[0][0]
+        pdf = list(PDF_PROJECTS)
+        no_asset = q("SELECT count(*) FROM jobs j WHERE j.project_id = ANY(%s) AND j.state = 'done' "
+                     "AND NOT EXISTS (SELECT 1 FROM assets a WHERE a.job_id = j.id)", pdf)[0][0]
+        no_receipt = q("SELECT count(*) FROM jobs j WHERE j.project_id = ANY(%s) AND j.state = 'done' AND NOT "
+                       "EXISTS (SELECT 1 FROM uploads u WHERE u.job_id = j.id AND u.state = 'done')", pdf)[0][0]
+        # Every archived scan became one OCR job, and every OCR job one derived asset.
+        not_derived = q("SELECT count(*) FROM assets a WHERE a.project_id = %s AND NOT EXISTS "
+                        "(SELECT 1 FROM assets d WHERE d.derived_from = a.canonical_key)", SCAN_PROJECT)[0][0]
+        ocr_jobs = q("SELECT count(*) FROM jobs WHERE project_id = %s", OCR_PROJECT)[0][0]
+        scans_done = q("SELECT count(*) FROM jobs WHERE project_id = %s AND state = 'done'", SCAN_PROJECT)[0][0]
         keys = {k for k, _ in self.store_keys("")}
         object_missing = sum(1 for (key,) in q("SELECT object_key FROM assets") if key not in keys)
-        undelivered = q("SELECT count(*) FROM assets a WHERE NOT EXISTS (SELECT 1 FROM hook_deliveries d "
-                        "WHERE d.attempt_id = a.attempt_id AND d.state = 'delivered')")[0][0]
-        unseen = sum(1 for (key,) in q("SELECT canonical_key FROM assets") if key not in self.hooks.seen)
+        undelivered = q("SELECT count(*) FROM assets a WHERE a.project_id IN (%s, %s) AND NOT EXISTS "
+                        "(SELECT 1 FROM hook_deliveries d WHERE d.attempt_id = a.attempt_id "
+                        "AND d.state = 'delivered')", PDF_PROJECT, SCAN_PROJECT)[0][0]
+        unseen = sum(1 for (key,) in q("SELECT canonical_key FROM assets WHERE project_id = %s", PDF_PROJECT)
+                     if key not in self.hooks.seen)
         kept = {(p, s): int(n) for p, s, n in q(
             "SELECT project_id, state, sum(delta) FROM job_counts GROUP BY 1, 2 HAVING sum(delta) <> 0")}
         full = {(p, s): n for p, s, n in q("SELECT project_id, state, count(*) FROM jobs GROUP BY 1, 2")}
@@ -517,12 +565,15 @@ class Chaos:
         return {
             "jobs": jobs, "done": done, "failed": len(failed_rows),
             "duplicates": twice + receipts_twice + assets_twice,
-            "lost": not_finished + no_asset + no_receipt + object_missing + len(never_failed),
+            "lost": (not_finished + no_asset + no_receipt + object_missing + len(never_failed)
+                     + not_derived + abs(ocr_jobs - scans_done)),
+            "ocr_done": q("SELECT count(*) FROM jobs WHERE project_id = %s AND state = 'done'", OCR_PROJECT)[0][0],
             "spool_left": len(left), "counter_drift": drift, "unexplained": len(unexplained),
             "undelivered": undelivered + unseen, "faults": len(self.faults),
             "_detail": {"unexplained": unexplained[:10], "never_failed": sorted(never_failed)[:10],
                         "left": left[:20], "no_asset": no_asset, "no_receipt": no_receipt,
-                        "object_missing": object_missing, "unseen": unseen,
+                        "object_missing": object_missing, "unseen": unseen, "not_derived": not_derived,
+                        "ocr_jobs": ocr_jobs, "scans_done": scans_done,
                         "kept": {f"{p}:{st}": n for (p, st), n in kept.items()},
                         "full": {f"{p}:{st}": n for (p, st), n in full.items()}}}
 
@@ -535,14 +586,18 @@ class Chaos:
             out += [(o["Key"], o["Size"]) for o in page.get("Contents", [])]
         return out
 
-    def files_left(self) -> list[str]:
+    def master_files_left(self) -> list[str]:
+        """Staged objects and files in the master processes' spool directories."""
         left = [f"s3:{k}" for k, _ in self.store_keys("staging/")]
-        for role in ("web", "tasks", "clock", "cli", "fetcher"):
+        for role in ("web", "tasks", "clock", "cli", "fetcher", "ocr-local"):
             spool = os.path.join(self.tmp, role, "spool")
             if os.path.isdir(spool):
                 left += [os.path.join(role, "spool", n) for n in os.listdir(spool)]
-        for name in self.fleet:
-            volume = os.path.join(self.tmp, "fetcher-volume" if name == "fetcher" else name)
+        return left
+
+    def files_left(self) -> list[str]:
+        left = self.master_files_left()
+        for name, volume in self.volumes.items():
             for sub in ("tmp", "ready"):
                 path = os.path.join(volume, sub)
                 if os.path.isdir(path):
@@ -555,8 +610,8 @@ class Chaos:
         self.set_up_work()
         began = time.monotonic()
         self.start_fleet()
-        stop = threading.Event()
-        faults = threading.Thread(target=self.run_faults, args=(stop,), daemon=True)
+        stop = self.stop_faults
+        faults = self.fault_thread = threading.Thread(target=self.run_faults, args=(stop,), daemon=True)
         faults.start()
         # Faults for at most --minutes, then the queues settle within --settle.
         budget = self.args.minutes * 60
@@ -567,14 +622,18 @@ class Chaos:
             if time.monotonic() - last > (10 if self.args.quick else 30):
                 last = time.monotonic()
                 log("progress: " + ", ".join(f"{k} {v}" for k, v in sorted(self.progress().items())))
+                # The work is done and every kind of fault has happened:
+                # further faults would hit an idle system.
+                if set(self.faults) >= set(FAULTS) and self.work_done():
+                    break
         stop.set()
         faults.join()
         log(f"faults done ({len(self.faults)}); settling")
         settle_by = time.monotonic() + self.args.settle * 60
         while not wait_until(self.settled, 10, "", interval=1, quiet=True):
-            if time.monotonic() > settle_by:
-                raise SystemExit(f"chaos: the queues did not settle within {self.args.settle} min: "
-                                 f"{self.progress()}")
+            if time.monotonic() > settle_by:     # the check below says what is wrong
+                log(f"not settled within {self.args.settle} min")
+                break
             log("progress: " + ", ".join(f"{k} {v}" for k, v in sorted(self.progress().items())))
         for name in self.fleet:     # a clean stop: what they hold is uploaded or given back
             code = self.procs[name].stop(60)
@@ -584,6 +643,10 @@ class Chaos:
         return self.check()
 
     def close(self, keep: bool) -> None:
+        # First the faults (after an error they may still be restarting things).
+        self.stop_faults.set()
+        if self.fault_thread is not None:
+            self.fault_thread.join()
         for name, proc in reversed(list(self.procs.items())):
             if proc.alive():
                 proc.stop(30)
@@ -666,6 +729,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="the short run make test does")
     parser.add_argument("--pdf-jobs", type=int, default=None)
     parser.add_argument("--generic-jobs", type=int, default=None)
+    parser.add_argument("--ocr-jobs", type=int, default=None, help="scans that go through OCR")
     parser.add_argument("--generic-workers", type=int, default=None, help="SDK and raw workers, each")
     parser.add_argument("--faults", type=int, default=None, help="at least this many faults")
     parser.add_argument("--minutes", type=float, default=None, help="at most this long with faults")
@@ -679,10 +743,10 @@ def main() -> int:
     args = parser.parse_args()
     if args.role:
         return (sdk_worker if args.role == "sdk" else raw_worker)(args)
-    defaults = ({"pdf_jobs": 150, "generic_jobs": 2000, "generic_workers": 1, "faults": 10, "minutes": 1.6,
+    defaults = ({"pdf_jobs": 150, "generic_jobs": 2000, "ocr_jobs": 6, "generic_workers": 1, "faults": 10, "minutes": 1.6,
                  "settle": 1}
                 if args.quick else
-                {"pdf_jobs": 2000, "generic_jobs": 20000, "generic_workers": 2, "faults": 30, "minutes": 9,
+                {"pdf_jobs": 2000, "generic_jobs": 20000, "ocr_jobs": 200, "generic_workers": 2, "faults": 30, "minutes": 9,
                  "settle": 4})
     for key, value in defaults.items():
         if getattr(args, key) is None:

@@ -25,7 +25,8 @@ def test_quick_chaos_run_keeps_every_invariant():
     assert last.startswith("chaos "), last
     for invariant in ("duplicates", "lost", "spool_left", "counter_drift", "unexplained", "undelivered"):
         assert figures[invariant] == "0", (invariant, last)
-    assert int(figures["jobs"]) == 2150 and int(figures["failed"]) == 3, last
+    assert int(figures["jobs"]) == 2150 + 2 * 6 and int(figures["failed"]) == 3, last
+    assert int(figures["ocr_done"]) == 6, last
     assert int(figures["done"]) + int(figures["failed"]) == int(figures["jobs"]), last
     # Every kind of fault happened at least once.
     kinds = re.search(r"faults: ([a-z_, 0-9]+);", output)

@@ -159,6 +159,28 @@ def test_the_sweeper_removes_staged_objects_no_upload_owns_once_they_are_old(
     assert keys(staging, "staging/") == sorted([live_key, "staging/not-ours.txt"])
 
 
+def test_a_staged_object_of_a_finished_upload_is_removed_at_once(app, pipeline, make_broker, staging):
+    """A tasks process that died between the done receipt and its clean-up
+    leaves the staged object: the next sweep removes it, with no grace (the
+    row says that generation is over); a newer generation's object waits."""
+    broker = make_broker()
+    staged = pipeline.stage("10.1234/finished", seed=6)
+    key = one(app, "SELECT spool_file FROM uploads WHERE attempt_id = :a",
+              a=staged.attempt_id)["spool_file"]
+    run_worker(broker)
+    assert one(app, "SELECT state FROM uploads WHERE attempt_id = :a", a=staged.attempt_id)["state"] == "done"
+    client, bucket = staging["client"], staging["bucket"]
+    generation = int(key.rsplit(".", 2)[1])
+    newer = f"staging/{staged.attempt_id}.{generation + 1}.pdf"
+    client.put_object(Bucket=bucket, Key=key, Body=b"left by a killed archive")
+    client.put_object(Bucket=bucket, Key=newer, Body=b"a retry being admitted")
+    from app.extensions import db
+    with app.app_context():
+        assert sweeper.remove_orphans(spool_mod.Spool.from_config(app.config)) == 1
+        db.session.remove()
+    assert keys(staging, "staging/") == [newer]
+
+
 def test_a_staged_object_gone_from_the_store_sends_the_job_back_to_the_queue(
         app, pipeline, make_broker, staging):
     broker = make_broker()

@@ -50,4 +50,4 @@ def refuse_newer_schema(app) -> None:
         if unknown:
             raise SchemaTooNew(
                 f"database schema revision {', '.join(sorted(unknown))} is newer than this code "
-                "knows; deploy the newer release (migrations only move forward)")
+                "knows; deploy the newer release, or downgrade with it first (flask db downgrade)")

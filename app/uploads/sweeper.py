@@ -49,8 +49,23 @@ def remove_orphans(spool: Spool, *, now: float | None = None, grace_s: float = O
     except StorageError as exc:  # the store is down: sweep this host's files, the rest next time
         log.warning("could not list staged objects: %s", exc)
         files = spool.local_files()
+    # Staged files of uploads that have ended (done, failed, expired): left
+    # by a process that died between the receipt and its clean-up. A
+    # generation the row has recorded is over and may go at once; a newer one
+    # may be a retry being admitted right now, and waits out the grace like
+    # any file without a row. So do part files: a transfer whose upload
+    # expired may still be streaming into one.
+    ended = dict(db.session.execute(text(
+        "SELECT attempt_id, generation FROM uploads WHERE attempt_id = ANY(:ids) "
+        "AND state IN ('done', 'failed', 'expired')"),
+        {"ids": sorted({f[1] for f in files if f[1] not in live})}).all()) if files else {}
+    db.session.commit()
     removed = 0
     for path, attempt_id, generation, mtime in files:
+        if attempt_id in ended and generation <= ended[attempt_id] and not path.endswith(".part"):
+            spool.remove(path)
+            removed += 1
+            continue
         owner = live.get(attempt_id)
         if owner is not None:
             state, current_generation, spool_file = owner

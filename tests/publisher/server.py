@@ -38,6 +38,7 @@ KIND_PATHS = {
     "blob": "/blob/{n}", "jschallenge": "/jschallenge/{n}",
 }
 HTTP_KINDS = ("direct", "landing", "links", "attachment", "chain")
+SCAN_WORDS = ("harbour", "lantern", "meadow", "violin", "falcon", "granite", "orchid", "sailor")
 BROWSER_KINDS = ("jslink", "jsredirect", "jsattach", "blob", "jschallenge")
 
 
@@ -163,6 +164,18 @@ class Publisher:
     def sha256(self, n: int) -> str:
         self.paper_path(n)
         return self._sha[n]
+
+    def scan_path(self, n: int) -> Path:
+        """A one-page scan (words as an image, no text layer) for OCR runs:
+        its first line reads ``scan <n> <word>``."""
+        path = self.dir / f"scan-{n}.pdf"
+        with self._lock:
+            if not path.exists():
+                from tests.scans import scanned_pdf
+                word = SCAN_WORDS[n % len(SCAN_WORDS)]
+                scanned_pdf(path, [[f"scan {n} {word}", "a page scanned for the run",
+                                    "every word of it is found by its text"]])
+        return path
 
     def arxiv_sha256(self, ident: str) -> str:
         return self.sha256(arxiv_seed(ident))

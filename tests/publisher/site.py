@@ -67,6 +67,10 @@ class Site:
 
     r_viewer = r_download = r_papers                    # inline PDFs reached from pages
 
+    def r_scans(self, request, n):                      # an image-only PDF, for OCR
+        path = self.pub.scan_path(int(str(n).removesuffix(".pdf")))
+        return Response(path.read_bytes(), mimetype="application/pdf")
+
     def r_attachment(self, request, n):                 # Content-Disposition: attachment
         return self.pdf(request, n, attachment=True, mimetype="application/octet-stream")
 
