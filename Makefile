@@ -55,8 +55,9 @@ translations-update: install
 dev: install system-packages translations
 	$(BIN)/python -m app.devstack
 
+# The slowest tests are listed at the end: where the suite's time goes.
 test: install system-packages translations
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 bench: install
 	$(BIN)/python bench/claim_throughput.py

@@ -285,6 +285,22 @@ def test_retry_goes_to_a_worker_that_has_not_tried(app, client, api):
     assert history == [(a.node_id, "failed"), (b.node_id, "running")]
 
 
+def test_the_preference_for_a_new_worker_ends_once_the_retry_has_waited(app, client, api):
+    """B is fresh but never takes the job (it serves other work): after the
+    preference's wait, A, which tried it, may take it again."""
+    from app.projects.leasing import PREFER_NEW_WAIT_S
+    pdf_project(api, "papers", retry_backoff_seconds=0)
+    enqueue(api, "papers", papers(1))
+    a, _b = live_node(client, app, name="a"), live_node(client, app, name="b")
+    [job] = claimed(a.claim("papers"), 1)
+    item_results(a.fail("papers", job, retryable=True, code="network"))
+    assert claimed(a.claim("papers"), 0) == []
+    sql(app, "UPDATE jobs SET not_before = now() - make_interval(secs => :s) WHERE id = :j",
+        s=PREFER_NEW_WAIT_S + 1, j=int(job["job_id"]))
+    [retry] = claimed(a.claim("papers"), 1)
+    assert retry["job_id"] == job["job_id"] and retry["attempt_id"] != job["attempt_id"]
+
+
 @pytest.mark.parametrize("how_b_is_gone", ["heartbeat aged out", "draining", "revoked", "pending"])
 def test_a_lone_worker_may_retry_its_own_failure(app, client, api, how_b_is_gone):
     pdf_project(api, "papers", retry_backoff_seconds=0)

@@ -86,7 +86,11 @@ _FRESH_WORKERS = """fresh AS (
 
 # A retry skips a worker that already tried the job while some other fresh
 # worker has not; with no such worker (say, a lone worker) it may retry.
+# It is a preference, not a block: a fresh worker may serve other projects or
+# another task only (fetch nodes beside OCR nodes), and would never take the
+# job. Once the retry has waited PREFER_NEW_WAIT_S, any worker may take it.
 _PREFER_NEW = """AND (attempts_count = 0
+      OR not_before <= now() - make_interval(secs => :prefer_wait)
       OR NOT EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = jobs.id AND a.worker_id = :w
                      AND a.worker_owner IS NOT DISTINCT FROM :o)
       OR NOT EXISTS (SELECT 1 FROM fresh f
@@ -116,6 +120,8 @@ _WORKER_CAP = f"""AND (attempts_count < :max_workers
 # ix_jobs_todo_fifo can range-scan it (fresh jobs are not even visited).
 _FALLBACK_WAITED = """AND created_at <= now() - make_interval(secs => :fallback_after)
       AND not_before <= now() - make_interval(secs => :fallback_after)"""
+
+PREFER_NEW_WAIT_S = 60.0
 
 # How soon a long poll held back by the tier rule asks again.
 FALLBACK_RECHECK_S = 1.0
@@ -245,6 +251,7 @@ def claim(project: Project, worker: Worker, *, max_jobs: int, lease_seconds: int
               "lease": float(lease_seconds), "attempt_timeout": project.attempt_timeout_seconds,
               "task_timeout": project.task_timeout_seconds, "max_workers": project.max_worker_attempts,
               "types": list(accept_types), "fresh_s": float(fresh_after_s),
+              "prefer_wait": PREFER_NEW_WAIT_S,
               "fallback_after": float(project.fallback_after_seconds)}
     rows = fetch_rows(sql, params)
     if len(rows) < want and reap_limit and not gated and reap_expired(project.id, limit=reap_limit):
