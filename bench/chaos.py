@@ -60,6 +60,8 @@ PDF_PROJECT, GENERIC_PROJECT = "papers", "crawl"
 # one into an OCR job, served by an OCR node (first) and the local OCR lane.
 SCAN_PROJECT, OCR_PROJECT = "scans", "scans-ocr"
 PDF_PROJECTS = (PDF_PROJECT, SCAN_PROJECT, OCR_PROJECT)
+# The scans are upright: no orientation pass (a second Tesseract run a page).
+OCR_ENV = {"FLEETHQ_OCR_ROTATE_PAGES": "false"}
 PAPER_KIB = 48
 # Publisher routes whose papers must fail, and the error each must end in.
 FAILING = {"/missing/{n}": "not_found", "/fakepdf/{n}": "invalid_pdf", "/gone/{n}": "not_found"}
@@ -368,8 +370,8 @@ class Chaos:
             name = "ocr-0" if ocr else f"worker-{i}"
             volume = self.volumes[name] = os.path.join(self.tmp, name)
             credential = as_admin(lambda: fleet_service.create_enrollment("chaos", timedelta(minutes=15)))
-            env = {**self.worker_env(), "FLEETHQ_ENROLL": credential}
-            work = (["--task", "ocr", "--project", OCR_PROJECT, "--concurrency", "1"] if ocr else
+            env = {**self.worker_env(), "FLEETHQ_ENROLL": credential, **OCR_ENV}
+            work = (["--task", "ocr", "--project", OCR_PROJECT, "--concurrency", "2"] if ocr else
                     ["--project", PDF_PROJECT, "--project", SCAN_PROJECT, "--concurrency", "3"])
             self.procs[name] = Proc(name, [
                 self.py, "-m", "workers.runner.cli", "run", "--master", self.base, "--volume", volume,
@@ -393,7 +395,7 @@ class Chaos:
                 "--volume", volume, "--master-url", self.base, "--name", name,
                 "--concurrency", "2" if name == "fetcher" else "1", "--",
                 *work, *[a for a in self.worker_args() if a != "--allow-http"]],
-                self.master_env(name), self.logs).start()
+                {**self.master_env(name), **OCR_ENV}, self.logs).start()
             self.fleet.append(name)
         for i in range(self.args.generic_workers):
             for role in ("sdk", "raw"):

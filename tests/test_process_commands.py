@@ -255,13 +255,16 @@ def master_env(app, database_url, process_redis_url, s3, tmp_path_factory):
     """Compose's master environment for one service, the data dir per process.
     ``app`` migrates the session database: compose starts the master's
     processes once its migrate step has completed."""
-    secret = uuid.uuid4().hex * 2
     root = tmp_path_factory.mktemp("procs")
+    # As compose mounts it: the key in a file of its own, mode 0600.
+    secret = root / "fleethq_secret_key"
+    secret.write_text(uuid.uuid4().hex * 2 + "\n")
+    secret.chmod(0o600)
 
     def env(service: str, **extra) -> dict:
         return compose_env(service, **{
             "DATABASE_URL": database_url, "REDIS_URL": process_redis_url,
-            "FLEETHQ_SECRET_KEY": secret,
+            "FLEETHQ_SECRET_KEY_FILE": str(secret),
             "FLEETHQ_DATA_DIR": str(root / f"data-{service}-{uuid.uuid4().hex[:6]}"),
             **s3, **extra})
     return env
