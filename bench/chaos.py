@@ -734,6 +734,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="the short run make test does")
     parser.add_argument("--pdf-jobs", type=int, default=None)
     parser.add_argument("--generic-jobs", type=int, default=None)
+    # 60 by default: on two shared cores a scan's OCR takes 7-11 s beside
+    # the rest of the run, so 200 need about 25 minutes (--ocr-jobs 200
+    # --minutes 25 --settle 8).
     parser.add_argument("--ocr-jobs", type=int, default=None, help="scans that go through OCR")
     parser.add_argument("--generic-workers", type=int, default=None, help="SDK and raw workers, each")
     parser.add_argument("--faults", type=int, default=None, help="at least this many faults")
@@ -751,7 +754,7 @@ def main() -> int:
     defaults = ({"pdf_jobs": 150, "generic_jobs": 2000, "ocr_jobs": 6, "generic_workers": 1, "faults": 10, "minutes": 1.6,
                  "settle": 1}
                 if args.quick else
-                {"pdf_jobs": 2000, "generic_jobs": 20000, "ocr_jobs": 200, "generic_workers": 2, "faults": 30, "minutes": 9,
+                {"pdf_jobs": 2000, "generic_jobs": 20000, "ocr_jobs": 60, "generic_workers": 2, "faults": 30, "minutes": 9,
                  "settle": 4})
     for key, value in defaults.items():
         if getattr(args, key) is None:

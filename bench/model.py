@@ -1,7 +1,7 @@
 """A longer run of the lease-machine model (tests/test_lease_model.py).
 
 make test explores 25 examples of 40 steps with a fixed seed; this runs
-``--examples`` (default 400) of ``--steps`` (100) with fresh random choices
+``--examples`` (default 150) of ``--steps`` (80) with fresh random choices
 against the same real database and API, and prints the seed-free summary
 ``model examples=N steps=S result=passed seconds=T`` last. On a failure
 Hypothesis prints the shortest sequence of steps it found that breaks an
@@ -20,8 +20,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--examples", type=int, default=400)
-    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--examples", type=int, default=150)
+    parser.add_argument("--steps", type=int, default=80)
     args = parser.parse_args()
     env = {**os.environ, "FLEETHQ_MODEL_EXAMPLES": str(args.examples),
            "FLEETHQ_MODEL_STEPS": str(args.steps), "FLEETHQ_MODEL_RANDOM": "1"}
