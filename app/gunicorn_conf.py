@@ -114,15 +114,18 @@ def post_fork(server, worker):
 
 
 def post_worker_init(worker):
-    """Sweep this host's scratch spool once the app is loaded.
+    """Sweep this host's scratch spool once the app is loaded, once per start.
 
     With s3 staging an upload streams into the web process's own spool
     directory, which no tasks process ever sees; a web process killed in the
-    middle of uploads leaves its part files there. Each worker removes those
+    middle of uploads leaves its part files there. This removes those
     no live upload owns (a finished or superseded generation at once, one
     without any upload row after the sweeper's grace), as the spool sweeper
-    does for the directory it can see.
+    does for the directory it can see. Only the master's first worker
+    (``age`` 1) does it: the others would list the same directory again.
     """
+    if worker.age != 1:
+        return
     from app.uploads import sweeper
     from app.uploads.spool import Spool
 

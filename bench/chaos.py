@@ -221,8 +221,10 @@ class Chaos:
         self.store = MotoServer()
         self.store.start()
         import boto3
-        boto3.client("s3", endpoint_url=self.store.url, region_name="us-east-1", aws_access_key_id="chaos",
-                     aws_secret_access_key="chaos").create_bucket(Bucket="fleethq")
+        # One client for the run: the settle loop lists the bucket every second.
+        self.s3 = boto3.client("s3", endpoint_url=self.store.url, region_name="us-east-1",
+                               aws_access_key_id="chaos", aws_secret_access_key="chaos")
+        self.s3.create_bucket(Bucket="fleethq")
         self.pub = Publisher(paper_bytes=PAPER_KIB * 1024).start()
         self.hooks = HookConsumer()
         self.port = free_port()
@@ -580,11 +582,8 @@ class Chaos:
                         "full": {f"{p}:{st}": n for (p, st), n in full.items()}}}
 
     def store_keys(self, prefix: str) -> list:
-        import boto3
-        client = boto3.client("s3", endpoint_url=self.store.url, region_name="us-east-1",
-                              aws_access_key_id="chaos", aws_secret_access_key="chaos")
         out = []
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket="fleethq", Prefix=prefix):
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket="fleethq", Prefix=prefix):
             out += [(o["Key"], o["Size"]) for o in page.get("Contents", [])]
         return out
 
@@ -752,7 +751,10 @@ def main() -> int:
     if args.role:
         return (sdk_worker if args.role == "sdk" else raw_worker)(args)
     defaults = ({"pdf_jobs": 150, "generic_jobs": 2000, "ocr_jobs": 6, "generic_workers": 1, "faults": 10, "minutes": 1.6,
-                 "settle": 1}
+                 # An archive commit cut by the PostgreSQL restart is sent
+                 # again by the reconciler once its outbox lease
+                 # (RESEND_LEASE_S, 120 s) runs out: settling may take that long.
+                 "settle": 2.5}
                 if args.quick else
                 {"pdf_jobs": 2000, "generic_jobs": 20000, "ocr_jobs": 60, "generic_workers": 2, "faults": 30, "minutes": 9,
                  "settle": 4})

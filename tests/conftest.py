@@ -214,6 +214,11 @@ def scratch_database_url():
         janitor.drop()
 
 
+def closed_port_url() -> str:
+    """A database URL nothing listens on."""
+    return f"postgresql://{PG_USER}@127.0.0.1:{free_port()}/nowhere"
+
+
 def make_app(url: str, **kw):
     """A separate app on ``url`` (quiet logs, testing mode)."""
     from app import create_app

@@ -565,7 +565,7 @@ def test_500_never_carries_internals(database_url):
 
 def test_an_unreachable_database_answers_a_retryable_internal_error():
     """A PostgreSQL restart mid-request: nothing changed, so the worker is told to try again."""
-    from tests.test_ops import closed_port_url, make_app
+    from tests.conftest import closed_port_url, make_app
 
     app = make_app(closed_port_url(), check_schema=False)
     response = app.test_client().post("/api/v1/projects/p/jobs/claim", json={"worker_id": "w1"},

@@ -16,7 +16,7 @@ import time
 import pytest
 import requests
 
-from tests.conftest import PG_USER, free_port, unique
+from tests.conftest import closed_port_url, free_port, unique
 from tests.gunicorn_master import Gunicorn
 from tests.helpers import Api, body, values, wait_for
 
@@ -47,10 +47,6 @@ def value(parsed, name: str, **labels) -> float | None:
 
 def total(parsed, name: str, **labels) -> float:
     return sum(v for n, l, v in parsed if n == name and all(l.get(k) == x for k, x in labels.items()))
-
-
-def closed_port_url() -> str:
-    return f"postgresql://{PG_USER}@127.0.0.1:{free_port()}/nowhere"
 
 
 @pytest.fixture

@@ -17,15 +17,11 @@ import sys
 
 import pytest
 
-from tests.conftest import PG_USER, free_port, make_app
+from tests.conftest import closed_port_url, free_port, make_app
 from tests.helpers import db_rows, latest_revision
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
-
-
-def closed_port_url() -> str:
-    return f"postgresql://{PG_USER}@127.0.0.1:{free_port()}/nowhere"
 
 
 def shell(script: str, *, hq_database_url: str, cwd=ROOT, **env) -> subprocess.CompletedProcess:

@@ -55,11 +55,14 @@ def remove_orphans(spool: Spool, *, now: float | None = None, grace_s: float = O
     # may be a retry being admitted right now, and waits out the grace like
     # any file without a row. So do part files: a transfer whose upload
     # expired may still be streaming into one.
-    ended = dict(db.session.execute(text(
-        "SELECT attempt_id, generation FROM uploads WHERE attempt_id = ANY(:ids) "
-        "AND state IN ('done', 'failed', 'expired')"),
-        {"ids": sorted({f[1] for f in files if f[1] not in live})}).all()) if files else {}
-    db.session.commit()
+    unowned = sorted({attempt for path, attempt, _, _ in files
+                      if attempt not in live and not path.endswith(".part")})
+    ended = {}
+    if unowned:
+        ended = dict(db.session.execute(text(
+            "SELECT attempt_id, generation FROM uploads WHERE attempt_id = ANY(:ids) "
+            "AND state IN ('done', 'failed', 'expired')"), {"ids": unowned}).all())
+        db.session.commit()
     removed = 0
     for path, attempt_id, generation, mtime in files:
         if attempt_id in ended and generation <= ended[attempt_id] and not path.endswith(".part"):
