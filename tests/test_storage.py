@@ -273,6 +273,46 @@ def test_s3_object_carries_sha256_checksum_under_prefix(s3_endpoint, tmp_path):
     assert head["ContentLength"] == size
 
 
+def _staged_store(s3_endpoint, tmp_path):
+    bucket = f"test-{uuid.uuid4().hex[:12]}"
+    raw = s3_client(s3_endpoint)
+    raw.create_bucket(Bucket=bucket)
+    store = from_config(s3_config(s3_endpoint, bucket))
+    data = pdf_bytes()
+    path, sha, size = make_file(tmp_path, data)
+    store.put_file("staging/1.1.pdf", path, sha256_hex=sha, size=size)
+    copies = []
+    store._client.meta.events.register(
+        "provide-client-params.s3.CopyObject", lambda params, **_: copies.append(dict(params)))
+    return store, raw, bucket, data, sha, size, copies
+
+
+def test_s3_copy_keeps_the_staged_checksum_without_rehashing(s3_endpoint, tmp_path):
+    store, raw, bucket, data, sha, size, copies = _staged_store(s3_endpoint, tmp_path)
+    result = store.copy("staging/1.1.pdf", content_key(sha), sha256_hex=sha, size=size)
+    assert (result.key, result.existed) == (content_key(sha), False)
+    # One server-side copy that asks for no new checksum: the store carries
+    # the staged object's SHA-256 over, and that is what was verified.
+    assert [c.get("ChecksumAlgorithm") for c in copies] == [None]
+    assert store.sha256_of(content_key(sha)) == (sha, size)
+    assert raw.get_object(Bucket=bucket, Key=content_key(sha))["Body"].read() == data
+
+
+def test_s3_copy_on_a_store_that_drops_checksums_asks_it_to_hash(s3_endpoint, tmp_path):
+    store, raw, bucket, data, sha, size, copies = _staged_store(s3_endpoint, tmp_path)
+
+    def drop_checksum(http_response, **_):
+        # As a store that does not carry checksums over: the first copy
+        # lands without one.
+        if len(copies) == 1:
+            raw.put_object(Bucket=bucket, Key=content_key(sha), Body=data)
+    store._client.meta.events.register("after-call.s3.CopyObject", drop_checksum)
+    store.copy("staging/1.1.pdf", content_key(sha), sha256_hex=sha, size=size)
+    assert [c.get("ChecksumAlgorithm") for c in copies] == [None, "SHA256"]
+    head = raw.head_object(Bucket=bucket, Key=content_key(sha), ChecksumMode="ENABLED")
+    assert head["ChecksumSHA256"] == base64.b64encode(bytes.fromhex(sha)).decode()
+
+
 def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

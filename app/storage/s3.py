@@ -230,12 +230,19 @@ class S3ObjectStore(ObjectStore):
             raise source_mismatch(key, (found, actual_size), digest, size)
         if self.exists(key):
             return verify_existing(key, self.sha256_of(key), digest, size)
-        with _mapped(f"copy {source} to {name}"):
-            self._client.copy_object(
-                Bucket=self.bucket, Key=name, CopySource={"Bucket": self.bucket, "Key": source},
-                CopySourceIfMatch=etag, ChecksumAlgorithm="SHA256",
-                ContentType=mimetypes.guess_type(key)[0] or "application/octet-stream")
-        checksum, actual_size, _ = self._checksum(name)
+        # S3 carries the source's checksum over to a copy that names no
+        # algorithm, so the store need not read the bytes again to hash them.
+        # A store that drops it is asked once more, to compute SHA-256 itself.
+        for algorithm in (None, "SHA256"):
+            with _mapped(f"copy {source} to {name}"):
+                self._client.copy_object(
+                    Bucket=self.bucket, Key=name, CopySource={"Bucket": self.bucket, "Key": source},
+                    CopySourceIfMatch=etag,
+                    ContentType=mimetypes.guess_type(key)[0] or "application/octet-stream",
+                    **({"ChecksumAlgorithm": algorithm} if algorithm else {}))
+            checksum, actual_size, _ = self._checksum(name)
+            if checksum is not None:
+                break
         if (checksum, actual_size) != (expected, size):
             raise StorageUnavailable(f"s3 copy {source} to {name}: the copy does not verify")
         return PutResult(key=key, existed=False)
