@@ -136,7 +136,7 @@ def ingest(cluster: Cluster, url: str, token: str, src_dir: str, files: int, mib
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--jobs", type=int, default=40_000, help="claim jobs per side")
+    parser.add_argument("--jobs", type=int, default=100_000, help="claim jobs per side")
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--files", type=int, default=40, help="uploads per side")
     parser.add_argument("--mib", type=int, default=20)

@@ -46,7 +46,8 @@ class Cluster:
                     "S3_REGION": "us-east-1", "S3_ACCESS_KEY_ID": "test",
                     "S3_SECRET_ACCESS_KEY": "test", "S3_MAX_ATTEMPTS": "1",
                     "FLEETHQ_SPOOL_BACKEND": "s3", "FLEETHQ_SECRET_KEY": uuid.uuid4().hex,
-                    "FLEETHQ_ENROLL_RATE_LIMIT": "4", "FLEETHQ_LOG_JSON": "false",
+                    "FLEETHQ_ENROLL_RATE_LIMIT": "4", "FLEETHQ_LOGIN_RATE_LIMIT": "4",
+                    "FLEETHQ_LOG_JSON": "false",
                     "FLEETHQ_STUB_BROKER": "false", "PYTHONPATH": ROOT}
         self.dirs = {name: tmp_path / name for name in ("web1", "web2", "tasks")}
         self.webs = [Gunicorn({**self.env, "FLEETHQ_DATA_DIR": str(self.dirs[name])},
@@ -141,7 +142,8 @@ def test_a_long_poll_on_one_instance_wakes_for_an_enqueue_on_the_other(cluster, 
 
 
 def test_limits_count_across_instances(cluster, admin_token, app):
-    """Enrollment guesses (limit 4 per window) and a project's dispatch rate."""
+    """Enrollment guesses and sign-in starts (limit 4 per window each), and a
+    project's dispatch rate."""
     answers = []
     for n in range(5):
         web = cluster.webs[n % 2]
@@ -150,6 +152,10 @@ def test_limits_count_across_instances(cluster, admin_token, app):
             "id": node_id, "name": "guess", "enrollment_token": "fhqe_wrong" + "x" * 30,
             "secret": secret}, timeout=10).status_code)
     assert 429 not in answers[:4] and answers[4] == 429, answers
+    # No GitHub app is configured here: a start that passes the limit is 404.
+    starts = [requests.get(cluster.webs[n % 2].url + "/login/github", allow_redirects=False,
+                           timeout=10).status_code for n in range(5)]
+    assert starts == [404, 404, 404, 404, 429], starts
 
     one, other = (Api(requests.Session(), admin_token, base=w.url) for w in cluster.webs)
     one.put_project("paced", dispatch_qps=0.2)
