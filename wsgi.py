@@ -1,4 +1,5 @@
 """WSGI entry point: ``gunicorn wsgi:app``."""
-from app import create_app
+from app import config, create_app
 
-app = create_app()
+with config.reported():
+    app = create_app()

@@ -7,10 +7,28 @@ the data directory supplies both (:mod:`app.devstate`).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 
 from workers.private_file import OpenToOthers, read_private
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work. Entry points report it in one line
+    (``reported``) rather than as a traceback."""
+
+
+@contextlib.contextmanager
+def reported():
+    """Around a process's first ``load()``: a bad setting ends the process
+    with one line on standard error and exit status 2."""
+    try:
+        yield
+    except ConfigError as exc:
+        print(f"fleethq: bad setting: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
 
 
 class Defaults:
@@ -208,25 +226,26 @@ def load(overrides: dict | None = None) -> dict:
             found.pop("SECRET_KEY_FILE", None)
         cfg.update(found)
     if os.environ.get("FLEETHQ_SECRET_KEY") and os.environ.get("FLEETHQ_SECRET_KEY_FILE"):
-        raise ValueError("set FLEETHQ_SECRET_KEY or FLEETHQ_SECRET_KEY_FILE, not both")
+        raise ConfigError("set FLEETHQ_SECRET_KEY or FLEETHQ_SECRET_KEY_FILE, not both")
     if cfg.get("SECRET_KEY_FILE") and not cfg.get("SECRET_KEY"):  # a key given to create_app wins
         cfg["SECRET_KEY"] = read_secret_file(cfg["SECRET_KEY_FILE"])
     cfg["SQLALCHEMY_DATABASE_URI"] = sqlalchemy_url(cfg["DATABASE_URL"])
     if not isinstance(cfg["MACHINE_TOKENS_VIEWABLE"], bool):
-        raise ValueError("MACHINE_TOKENS_VIEWABLE must be true or false, "
-                         f"not {cfg['MACHINE_TOKENS_VIEWABLE']!r}")
+        raise ConfigError("MACHINE_TOKENS_VIEWABLE must be true or false, "
+                          f"not {cfg['MACHINE_TOKENS_VIEWABLE']!r}")
     if cfg["OUTBOX_SENDER"] not in OUTBOX_SENDERS:
-        raise ValueError(f"OUTBOX_SENDER must be one of {', '.join(OUTBOX_SENDERS)}, "
-                         f"not {cfg['OUTBOX_SENDER']!r}")
+        raise ConfigError(f"OUTBOX_SENDER must be one of {', '.join(OUTBOX_SENDERS)}, "
+                          f"not {cfg['OUTBOX_SENDER']!r}")
     size = _bounded_int(cfg, "FLEET_POOL_SIZE", 16, 64)
     for key, low, high in RETENTION_BOUNDS:
         _bounded_int(cfg, key, low, high)
+    _check_kinds(cfg)  # after the bounded ones, whose messages say more
     session_args = _pooler_connect_args(cfg)
     if cfg["SPOOL_BACKEND"] not in SPOOL_BACKENDS:
-        raise ValueError(f"SPOOL_BACKEND must be {' or '.join(SPOOL_BACKENDS)}, "
-                         f"not {cfg['SPOOL_BACKEND']!r}")
+        raise ConfigError(f"SPOOL_BACKEND must be {' or '.join(SPOOL_BACKENDS)}, "
+                          f"not {cfg['SPOOL_BACKEND']!r}")
     if cfg["SPOOL_BACKEND"] == "s3" and not cfg.get("S3_BUCKET"):
-        raise ValueError("SPOOL_BACKEND=s3 stages uploads in the object store: set S3_BUCKET")
+        raise ConfigError("SPOOL_BACKEND=s3 stages uploads in the object store: set S3_BUCKET")
     cfg["SQLALCHEMY_ENGINE_OPTIONS"] = {
         **cfg["SQLALCHEMY_ENGINE_OPTIONS"],
         "connect_args": {**cfg["SQLALCHEMY_ENGINE_OPTIONS"].get("connect_args", {}), **session_args}}
@@ -249,14 +268,14 @@ def _pooler_connect_args(cfg: dict) -> dict:
     psycopg must never prepare (``prepare_threshold=None``)."""
     pooler = cfg["DATABASE_POOLER"]
     if pooler not in DATABASE_POOLERS:
-        raise ValueError(f"DATABASE_POOLER must be one of {', '.join(DATABASE_POOLERS)}, "
-                         f"not {pooler!r}")
+        raise ConfigError(f"DATABASE_POOLER must be one of {', '.join(DATABASE_POOLERS)}, "
+                          f"not {pooler!r}")
     if pooler == "none":
         return {}
     if not cfg["DIRECT_DATABASE_URL"]:
-        raise ValueError("DATABASE_POOLER=transaction needs DIRECT_DATABASE_URL: LISTEN/NOTIFY "
-                         "and the clock's lease hold one server session, which a "
-                         "transaction-mode pooler cannot give")
+        raise ConfigError("DATABASE_POOLER=transaction needs DIRECT_DATABASE_URL: LISTEN/NOTIFY "
+                          "and the clock's lease hold one server session, which a "
+                          "transaction-mode pooler cannot give")
     return {"prepare_threshold": None}
 
 # (setting, lowest, highest); 0 disables a KEEP_* kind.
@@ -269,10 +288,30 @@ RETENTION_BOUNDS = (
 )
 
 
+def _check_kinds(cfg: dict) -> None:
+    """A number or switch setting must hold one: ``FLEETHQ_NODE_LEASE_S=soon``
+    is refused at start, not met as a TypeError in some request later."""
+    for key, default in vars(Defaults).items():
+        if not key.isupper() or default is None or isinstance(default, (str, dict)):
+            continue
+        value = cfg.get(key)
+        if key.startswith("S3_"):
+            # Plain S3_* variables come as text, parsed as numbers by the store.
+            try:
+                float(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{key} must be a number, not {value!r}") from None
+        elif isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{key} must be true or false, not {value!r}")
+        elif not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{key} must be an integer, not {value!r}")
+
+
 def _bounded_int(cfg: dict, key: str, low: int, high: int) -> int:
     value = cfg[key]
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise ValueError(f"{key} must be an integer {low}..{high}, not {value!r}")
+        raise ConfigError(f"{key} must be an integer {low}..{high}, not {value!r}")
     return value
 
 
@@ -281,13 +320,13 @@ def read_secret_file(path: str) -> str:
     try:
         value = read_private(path, 2048).decode("utf-8").strip()
     except OpenToOthers:
-        raise ValueError(f"secret file {path} must not allow group or other access (chmod 600)") from None
+        raise ConfigError(f"secret file {path} must not allow group or other access (chmod 600)") from None
     except OSError as exc:
-        raise ValueError(f"cannot read secret file {path}: {exc.strerror}") from None
+        raise ConfigError(f"cannot read secret file {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
-        raise ValueError(f"secret file {path} is not UTF-8 text") from None
+        raise ConfigError(f"secret file {path} is not UTF-8 text") from None
     if not value or len(value) > 1024:
-        raise ValueError(f"secret file {path} must hold 1..1024 characters")
+        raise ConfigError(f"secret file {path} must hold 1..1024 characters")
     return value
 
 

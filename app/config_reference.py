@@ -97,6 +97,10 @@ def render_markdown() -> str:
            "`FLEETHQ_<NAME>` (numbers, booleans and lists as JSON, text as given),",
            "`DATABASE_URL` and `REDIS_URL` under their usual names, and the S3 store's",
            "settings as plain `S3_*` variables. `.env.example` lists the same settings.",
+           "A setting that cannot work (a number that is not one, a switch other than",
+           "`true`/`false`, a value out of its range) stops every process at start with",
+           "exit status 2 and one line: `fleethq: bad setting: NODE_LEASE_S must be an",
+           "integer, not 'soon'`.",
            "", "| variable | default | meaning |", "| --- | --- | --- |"]
     for s in settings():
         meaning = s.comment.replace("|", "\\|")

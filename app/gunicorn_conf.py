@@ -63,6 +63,15 @@ if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     _owned_multiproc_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"] = _multiproc_dir()
 
 
+def on_starting(server):
+    # Settings are checked in the master, before any worker forks: a bad one
+    # stops gunicorn with one line instead of every worker failing to boot
+    # with a traceback, over and over.
+    from app import config
+    with config.reported():
+        config.load()
+
+
 def child_exit(server, worker):
     # Drops the live gauges of the dead worker; its counters are kept.
     from prometheus_client import multiprocess

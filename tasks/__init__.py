@@ -78,7 +78,8 @@ def setup_broker(config: Mapping | None = None):
     worker processes, the clock); returns the broker."""
     if config is None:
         from app import config as app_config
-        config = app_config.load()
+        with app_config.reported():
+            config = app_config.load()
     broker = make_broker(config)
     for actor in declarations.actors.values():
         actor.broker = broker

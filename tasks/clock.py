@@ -131,7 +131,8 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s clock %(message)s")
     import tasks
     from app import config as app_config
-    settings = app_config.load()
+    with app_config.reported():
+        settings = app_config.load()
     tasks.setup_broker(settings)
     leadership = Leadership(settings["LISTEN_DSN"])
     signal.signal(signal.SIGTERM, _interrupt)

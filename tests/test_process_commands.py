@@ -509,3 +509,20 @@ def test_web_stops_cleanly_on_sigterm(web):
     wait_ready(web, web.url)
     took = assert_clean_stop(web, GRACEFUL_TIMEOUT_S + 5)
     assert took < GRACEFUL_TIMEOUT_S, f"web took {took:.1f} s to stop"
+
+
+@pytest.mark.parametrize("name", sorted(SERVICES))
+def test_a_bad_setting_stops_the_process_with_one_line(name, spawn, master_env):
+    """A setting that cannot work ends each process at start with exit status 2
+    and one line naming it, not a traceback (nor, for gunicorn, workers that
+    fail to boot one after another)."""
+    service = spawn(PROCFILE[name], {**master_env(SERVICES[name]), "FLEETHQ_NODE_LEASE_S": "soon"},
+                    f"bad-{name}")
+    try:
+        code = service.proc.wait(60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`{shlex.join(service.argv)}` still running with a bad setting:\n{service.log()}")
+    output = service.log()
+    assert code == 2, output
+    assert "fleethq: bad setting: NODE_LEASE_S must be an integer, not 'soon'" in output
+    assert "Traceback" not in output, output
