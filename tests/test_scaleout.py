@@ -1,6 +1,6 @@
 """Two web instances behind a round-robin proxy, one PostgreSQL, one Redis,
-uploads staged in S3 (moto over HTTP) and a real ``dramatiq tasks`` process;
-no two of them share a data directory.
+uploads staged in S3 (moto over HTTP), a real ``dramatiq tasks`` process and
+a clock; no two of them share a data directory.
 
 What one instance keeps that the other needs lives in PostgreSQL: long-poll
 wake-ups (NOTIFY), the worker-claim and dispatch buckets, the enrollment and
@@ -62,6 +62,13 @@ class Cluster:
             [os.path.join(BIN, "dramatiq"), "tasks:setup_broker", "--processes", "1",
              "--threads", "2"], cwd=ROOT, env=tasks_env, stdout=self.tasks_log,
             stderr=subprocess.STDOUT, start_new_session=True)
+        # The clock re-sends archive commits the store refused (moto may
+        # answer one of two concurrent copies onto one key 500), promptly.
+        self.clock_log = open(tmp_path / "clock.log", "wb")
+        self.clock = subprocess.Popen(
+            [sys.executable, "-m", "tasks.clock"], cwd=ROOT,
+            env={**tasks_env, "FLEETHQ_RECONCILE_EVERY_S": "2"}, stdout=self.clock_log,
+            stderr=subprocess.STDOUT, start_new_session=True)
         self.tmp_path = tmp_path
 
     def kill_web(self, index: int) -> None:
@@ -76,14 +83,16 @@ class Cluster:
         self.proxy.stop()
         for web in self.webs:
             web.stop()
-        if self.tasks.poll() is None:
-            os.killpg(self.tasks.pid, signal.SIGTERM)
-            try:
-                self.tasks.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.tasks.pid, signal.SIGKILL)
-                self.tasks.wait()
+        for proc in (self.clock, self.tasks):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
         self.tasks_log.close()
+        self.clock_log.close()
         self.moto.stop()
 
     def object_keys(self) -> list[str]:
@@ -218,6 +227,38 @@ def test_an_upload_to_one_instance_is_archived_by_a_tasks_process_sharing_no_dis
     for name in ("web1", "web2", "tasks"):
         spool = cluster.dirs[name] / "spool"
         assert not spool.exists() or not any(spool.iterdir()), (name, list(spool.iterdir()))
+
+
+def test_identical_uploads_to_both_instances_at_once_are_one_object(cluster, app, admin_token):
+    admin = Api(requests.Session(), admin_token, base=cluster.proxy.url)
+    pdf_project(admin, "twins", max_in_flight=10, max_worker_in_flight=10)
+    admin.enqueue("twins", [{"value": "10.1234/twin-a"}, {"value": "10.1234/twin-b"}])
+    nodes = [Node(requests.Session(), app, base=web.url) for web in cluster.webs]
+    jobs = []
+    for node in nodes:
+        assert node.heartbeat().status_code == 200
+        [job] = body(node.claim("twins", max_jobs=1))["jobs"]
+        jobs.append(job)
+    data = _paper(cluster.tmp_path, 4)
+    digest = hashlib.sha256(data).hexdigest()
+    start, answers = threading.Barrier(2), [None, None]
+
+    def upload(n):
+        start.wait()
+        answers[n] = nodes[n].upload(jobs[n]["attempt_id"], data)
+    threads = [threading.Thread(target=upload, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert [a.status_code for a in answers] == [202, 202], [body(a) for a in answers]
+    for node, job in zip(nodes, jobs):
+        wait_for(lambda node=node, job=job: body(node.receipt(job["attempt_id"], wait_ms=5000))
+                 ["state"] == "done", timeout=60, what="both done receipts")
+    assets = db_rows(app, "SELECT object_key FROM assets ORDER BY job_id")
+    assert assets == [{"object_key": content_key(digest)}] * 2
+    assert [k for k in cluster.object_keys() if k.startswith(("staging/", content_key(digest)))] \
+        == [content_key(digest)]
 
 
 def test_an_instance_killed_mid_upload_and_the_retry_on_the_other_is_archived_once(
