@@ -273,6 +273,25 @@ def test_s3_object_carries_sha256_checksum_under_prefix(s3_endpoint, tmp_path):
     assert head["ContentLength"] == size
 
 
+def test_s3_put_signs_its_checksum_not_a_second_hash_of_the_body(s3_endpoint, tmp_path):
+    bucket = f"test-{uuid.uuid4().hex[:12]}"
+    s3_client(s3_endpoint).create_bucket(Bucket=bucket)
+    store = from_config(s3_config(s3_endpoint, bucket))
+    sent = []
+    store._client.meta.events.register(
+        "before-send.s3.PutObject", lambda request, **_: sent.append(dict(request.headers)))
+    path, sha, size = make_file(tmp_path, pdf_bytes())
+    store.put_file(content_key(sha), path, sha256_hex=sha, size=size)
+    [headers] = sent
+    value = lambda name: headers[name].decode() if isinstance(headers[name], bytes) else headers[name]
+    # The body is not hashed again for the signature (UNSIGNED-PAYLOAD, even
+    # over plain HTTP); its SHA-256 travels in a header the signature covers.
+    assert value("X-Amz-Content-SHA256") == "UNSIGNED-PAYLOAD"
+    assert value("x-amz-checksum-sha256") == base64.b64encode(bytes.fromhex(sha)).decode()
+    signed = value("Authorization").split("SignedHeaders=")[1].split(",")[0].split(";")
+    assert "x-amz-checksum-sha256" in signed
+
+
 def _staged_store(s3_endpoint, tmp_path):
     bucket = f"test-{uuid.uuid4().hex[:12]}"
     raw = s3_client(s3_endpoint)
@@ -289,11 +308,16 @@ def _staged_store(s3_endpoint, tmp_path):
 
 def test_s3_copy_keeps_the_staged_checksum_without_rehashing(s3_endpoint, tmp_path):
     store, raw, bucket, data, sha, size, copies = _staged_store(s3_endpoint, tmp_path)
+    heads = []
+    store._client.meta.events.register(
+        "provide-client-params.s3.HeadObject", lambda params, **_: heads.append(params["Key"]))
     result = store.copy("staging/1.1.pdf", content_key(sha), sha256_hex=sha, size=size)
     assert (result.key, result.existed) == (content_key(sha), False)
     # One server-side copy that asks for no new checksum: the store carries
-    # the staged object's SHA-256 over, and that is what was verified.
+    # the staged object's SHA-256 over and names it in its answer, which is
+    # what was verified (no HEAD of the copy).
     assert [c.get("ChecksumAlgorithm") for c in copies] == [None]
+    assert heads == ["staging/1.1.pdf", content_key(sha)]  # its checksum; is the key taken
     assert store.sha256_of(content_key(sha)) == (sha, size)
     assert raw.get_object(Bucket=bucket, Key=content_key(sha))["Body"].read() == data
 
@@ -301,10 +325,11 @@ def test_s3_copy_keeps_the_staged_checksum_without_rehashing(s3_endpoint, tmp_pa
 def test_s3_copy_on_a_store_that_drops_checksums_asks_it_to_hash(s3_endpoint, tmp_path):
     store, raw, bucket, data, sha, size, copies = _staged_store(s3_endpoint, tmp_path)
 
-    def drop_checksum(http_response, **_):
+    def drop_checksum(parsed, **_):
         # As a store that does not carry checksums over: the first copy
-        # lands without one.
+        # lands, and is answered, without one.
         if len(copies) == 1:
+            parsed.get("CopyObjectResult", {}).pop("ChecksumSHA256", None)
             raw.put_object(Bucket=bucket, Key=content_key(sha), Body=data)
     store._client.meta.events.register("after-call.s3.CopyObject", drop_checksum)
     store.copy("staging/1.1.pdf", content_key(sha), sha256_hex=sha, size=size)

@@ -110,7 +110,12 @@ class S3ObjectStore(ObjectStore):
             retries={"mode": "standard", "total_max_attempts": max_attempts},
             # Custom endpoints (MinIO in docker-compose) rarely resolve
             # bucket subdomains, so path style is the default there.
-            s3={"addressing_style": addressing_style or ("path" if endpoint_url else "auto")},
+            s3={"addressing_style": addressing_style or ("path" if endpoint_url else "auto"),
+                # Every put carries the body's SHA-256 as x-amz-checksum-sha256,
+                # a signed header the store checks the bytes against; signing
+                # the payload as well (botocore does over plain HTTP) would
+                # only read and hash the whole file a second time.
+                "payload_signing_enabled": False},
             # We re-hash whatever we read ourselves.
             response_checksum_validation="when_required",
             signature_version="s3v4",
@@ -233,17 +238,24 @@ class S3ObjectStore(ObjectStore):
         # S3 carries the source's checksum over to a copy that names no
         # algorithm, so the store need not read the bytes again to hash them.
         # A store that drops it is asked once more, to compute SHA-256 itself.
+        # The answer names the copy's checksum; a store that leaves it out
+        # is asked by a HEAD.
         for algorithm in (None, "SHA256"):
             with _mapped(f"copy {source} to {name}"):
-                self._client.copy_object(
+                answer = self._client.copy_object(
                     Bucket=self.bucket, Key=name, CopySource={"Bucket": self.bucket, "Key": source},
                     CopySourceIfMatch=etag,
                     ContentType=mimetypes.guess_type(key)[0] or "application/octet-stream",
                     **({"ChecksumAlgorithm": algorithm} if algorithm else {}))
-            checksum, actual_size, _ = self._checksum(name)
+            checksum = answer.get("CopyObjectResult", {}).get("ChecksumSHA256")
+            if checksum is None:
+                checksum, actual_size, _ = self._checksum(name)
+                if actual_size != size:
+                    raise StorageUnavailable(f"s3 copy {source} to {name}: the copy has "
+                                             f"{actual_size} bytes, not {size}")
             if checksum is not None:
                 break
-        if (checksum, actual_size) != (expected, size):
+        if checksum != expected:
             raise StorageUnavailable(f"s3 copy {source} to {name}: the copy does not verify")
         return PutResult(key=key, existed=False)
 
