@@ -236,10 +236,9 @@ class S3ObjectStore(ObjectStore):
         if self.exists(key):
             return verify_existing(key, self.sha256_of(key), digest, size)
         # S3 carries the source's checksum over to a copy that names no
-        # algorithm, so the store need not read the bytes again to hash them.
-        # A store that drops it is asked once more, to compute SHA-256 itself.
-        # The answer names the copy's checksum; a store that leaves it out
-        # is asked by a HEAD.
+        # algorithm, so the store need not read the bytes again to hash them,
+        # and names it in its answer (a store that does not is asked by a
+        # HEAD). A store that drops it is asked once more, to compute SHA-256.
         for algorithm in (None, "SHA256"):
             with _mapped(f"copy {source} to {name}"):
                 answer = self._client.copy_object(
