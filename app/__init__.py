@@ -1,10 +1,17 @@
 """The FleetHQ master: ``create_app`` binds configuration, extensions and blueprints."""
 from __future__ import annotations
 
+import logging
+
 from flask import Flask
 
-from app import config as config_module
-from app.extensions import db, migrate
+# Alembic announces each of its built-in plugins at INFO when it is first
+# imported (by app.extensions, below), which every process start (tasks,
+# clock, flask commands) would log.
+logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+
+from app import config as config_module  # noqa: E402
+from app.extensions import db, migrate  # noqa: E402
 
 
 def create_app(config: dict | None = None, *, check_schema: bool = True,
