@@ -230,9 +230,6 @@ def load(overrides: dict | None = None) -> dict:
     if cfg.get("SECRET_KEY_FILE") and not cfg.get("SECRET_KEY"):  # a key given to create_app wins
         cfg["SECRET_KEY"] = read_secret_file(cfg["SECRET_KEY_FILE"])
     cfg["SQLALCHEMY_DATABASE_URI"] = sqlalchemy_url(cfg["DATABASE_URL"])
-    if not isinstance(cfg["MACHINE_TOKENS_VIEWABLE"], bool):
-        raise ConfigError("MACHINE_TOKENS_VIEWABLE must be true or false, "
-                          f"not {cfg['MACHINE_TOKENS_VIEWABLE']!r}")
     if cfg["OUTBOX_SENDER"] not in OUTBOX_SENDERS:
         raise ConfigError(f"OUTBOX_SENDER must be one of {', '.join(OUTBOX_SENDERS)}, "
                           f"not {cfg['OUTBOX_SENDER']!r}")

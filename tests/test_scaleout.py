@@ -251,6 +251,7 @@ def test_identical_uploads_to_both_instances_at_once_are_one_object(cluster, app
         t.start()
     for t in threads:
         t.join(60)
+    assert None not in answers, "an upload got no answer within 60 s"
     assert [a.status_code for a in answers] == [202, 202], [body(a) for a in answers]
     for node, job in zip(nodes, jobs):
         wait_for(lambda node=node, job=job: body(node.receipt(job["attempt_id"], wait_ms=5000))

@@ -2,6 +2,8 @@
 refused at start with a message naming it."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from app import config as app_config
@@ -39,6 +41,10 @@ def test_a_switch_refuses_anything_but_true_or_false(key, monkeypatch):
         app_config.load()
 
 
-def test_the_defaults_load():
+def test_the_defaults_pass_their_own_checks_unchanged(monkeypatch):
+    for key in list(os.environ):
+        if key.startswith(("FLEETHQ_", "S3_")):
+            monkeypatch.delenv(key)
     settings = app_config.load({"DATABASE_URL": "postgresql://postgres@127.0.0.1/fleethq"})
-    assert settings["NODE_LEASE_S"] == app_config.Defaults.NODE_LEASE_S
+    for key in NUMBERS + SWITCHES:
+        assert settings[key] == getattr(app_config.Defaults, key), key
