@@ -46,6 +46,7 @@ def create_app(config: dict | None = None, *, check_schema: bool = True,
     # Import the models so that metadata (migrations, drift test) sees every table.
     from app.accounts import models as _accounts  # noqa: F401
     from app.audit import models as _audit  # noqa: F401
+    from app.documents import models as _documents  # noqa: F401
     from app.fleet import models as _fleet  # noqa: F401
     from app.hooks import models as _hooks  # noqa: F401
     from app.ops import models as _ops  # noqa: F401

@@ -136,7 +136,7 @@ def _json_help(name: str) -> str:
 
 
 _POLICY_HELP = {
-    "kind": "generic or pdf (fixed at creation)",
+    "kind": "generic, pdf or documents (fixed at creation)",
     "status": "active (default), draining or archived",
     "identity_mode": "external_id (default), unique_value or none (fixed at creation)",
     "claim_order": "fifo (default) or random; kept when omitted",
@@ -543,3 +543,4 @@ def init_app(app) -> None:
 
 
 from app import cli_lanes  # noqa: E402,F401  (registers set-tier, remote, local-worker)
+from app import cli_documents  # noqa: E402,F401  (registers documents add)

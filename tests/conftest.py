@@ -22,13 +22,6 @@ PG_PORT = int(os.environ.get("FLEETHQ_TEST_PG_PORT", "5432"))
 PG_USER = os.environ.get("FLEETHQ_TEST_PG_USER", "postgres")
 REDIS_URL = os.environ.get("FLEETHQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 
-TABLES = ("attempts", "jobs", "project_dispatch", "projects", "machine_tokens", "users",
-          "job_counts", "attempt_totals", "fleet_nodes", "enrollment_credentials", "token_workers",
-          "retention_stats",
-          "uploads", "spool_usage", "assets", "outbox", "hook_consumers", "hook_deliveries", "page_sessions", "rate_limits", "worker_users",
-          "worker_claim_buckets", "master_settings", "derived_jobs", "upload_texts",
-          "paper_texts", "paper_pages", "audit_log", "bulk_actions")
-
 
 @pytest.fixture(scope="session")
 def database_url():
@@ -90,11 +83,16 @@ def _emptying_sql(connection) -> str:
     the test server's superuser may set it), so the order does not matter and
     the counter triggers record nothing."""
     if not _EMPTYING:
+        # Every table of the schema but alembic's own: a new table is emptied
+        # without being listed anywhere.
+        tables = [row[0] for row in connection.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+            "AND tablename <> 'alembic_version' ORDER BY 1")]
         sequences = [row[0] for row in connection.execute(
             "SELECT schemaname || '.' || sequencename FROM pg_sequences WHERE schemaname = 'public'")]
         _EMPTYING.append(" ".join(
             ["SET LOCAL session_replication_role = replica;"]
-            + [f"DELETE FROM {table};" for table in TABLES]
+            + [f"DELETE FROM {table};" for table in tables]
             + [f"SELECT setval('{name}', 1, false);" for name in sequences]))
     return _EMPTYING[0]
 

@@ -77,3 +77,27 @@ def signed_pdf(source: Path, path: Path) -> Path:
         pdf.Root.AcroForm = pdf.make_indirect(pikepdf.Dictionary(Fields=pikepdf.Array([field]), SigFlags=3))
         pdf.save(path)
     return path
+
+
+def image_file(path: Path, pages: list[list[str]], fmt: str, *, mode: str = "L", dpi: int | None = DPI,
+               **save_options) -> Path:
+    """A scan as a scanner or phone writes it: ``fmt`` TIFF, PNG or JPEG, the
+    pages in ``mode`` (``1`` bilevel, ``L`` grey, ``P4`` 4-bit palette,
+    ``RGB``); several pages only in a TIFF. ``dpi`` None states no resolution."""
+    images = []
+    for lines in pages:
+        image = page_image(lines)
+        if mode == "P4":
+            image = image.quantize(16)
+            save_options.setdefault("bits", 4)
+        elif mode != "L":
+            image = image.convert(mode)
+        images.append(image)
+    if dpi is not None:
+        save_options["dpi"] = (dpi, dpi)
+    if fmt == "TIFF" and mode == "1":
+        save_options.setdefault("compression", "group4")
+    if len(images) > 1:
+        save_options.update(save_all=True, append_images=images[1:])
+    images[0].save(path, fmt, **save_options)
+    return path

@@ -64,7 +64,7 @@ POLICY_FLAGS = {
     "attempt_timeout_seconds": (_NULL_INT, "S|null"), "prefer_new_worker": (_boolean, "true|false"),
     "max_worker_attempts": (_NULL_INT, "N|null"), "fallback_after_seconds": (int, "S"),
 }
-CREATE_FLAGS = {"kind": (str, "generic|pdf"), "identity_mode": (str, "|".join(IDENTITY_MODES))}
+CREATE_FLAGS = {"kind": (str, "generic|pdf|documents"), "identity_mode": (str, "|".join(IDENTITY_MODES))}
 
 
 def _add_policy_flags(parser, fields: dict) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from app.api import validate as v
 from app.api.jobs import ARTIFACT_RECEIPT, JOB_ID
 from app.projects.jobs_admin import CONTRACT_STATUSES
-from app.projects.models import JOB_STATES
+from app.projects.models import JOB_STATES, PROJECT_KINDS
 from app.projects.policy import HELP, MAX_WORKER_ATTEMPTS
 from workers.protocol import (IDENTITY_MODES, INT32_MAX, INT32_MIN, JOB_TYPES, MAX_ATTR_BYTES,
                               MAX_VALUE_BYTES, MAX_VIA_BYTES)
@@ -92,7 +92,7 @@ JOB_QUERY = {  # read by admin_params.contract_job_query
 _NULLABLE_MIN = {"max_in_flight": 1, "max_worker_in_flight": 1, "task_timeout_seconds": 60,
                  "attempt_timeout_seconds": 15}
 _POLICY = {
-    "kind": v.one_of("generic", "pdf"), "status": PROJECT_STATUS,
+    "kind": v.one_of(*PROJECT_KINDS), "status": PROJECT_STATUS,
     "identity_mode": v.one_of(*IDENTITY_MODES), "claim_order": CLAIM_ORDER,
     "dispatch_qps": QPS, "worker_claim_qps": QPS, "max_jobs_per_claim": v.int_range(1, 256),
     "max_resets": v.int_range(0, 1000), "recommended_lease_seconds": v.int_range(1, 3600),

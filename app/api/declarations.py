@@ -21,7 +21,7 @@ API_ERROR = r.named("APIError", {
     "code": r.text.describe(
         "invalid_request, invalid_job, invalid_machine_token, permission_denied, not_found, "
         "identity_conflict, project_not_active, invalid_transition, stale_attempt, too_large, "
-        "unsupported_media_type, invalid_upload, client_upgrade_required, "
+        "unsupported_media_type, invalid_upload, invalid_document, client_upgrade_required, "
         "project_dispatch_rate_limited, rate_limited, spool_full, storage_unavailable, "
         "internal_error"),
     "message": r.text.describe("for people; never parse it"),

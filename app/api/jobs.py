@@ -18,6 +18,7 @@ from app.errors import Conflict, RateLimited
 from app.extensions import db
 from app.fleet import service as fleet
 from app.projects import claim_audit, leasing, outcomes, service, wakeups
+from app.projects.models import UPLOAD_KINDS
 from workers.protocol import JOB_TYPES, is_identifier
 
 JOB_ID = v.int_range(1, 2**63 - 1)
@@ -201,9 +202,9 @@ def claim(project_id):
         fleet.note_token_worker(worker.owner, worker.worker_id)
     if call.status == "draining":  # finishes its work, gets no more
         return _empty_claim(project)
-    if project.kind == "pdf" and (call.heartbeat_age_s is None
-                                  or call.heartbeat_age_s > current_app.config["NODE_LEASE_S"]):
-        raise Conflict("pdf projects need a fresh heartbeat before claiming "
+    if project.kind in UPLOAD_KINDS and (call.heartbeat_age_s is None or
+                                         call.heartbeat_age_s > current_app.config["NODE_LEASE_S"]):
+        raise Conflict(f"{project.kind} projects need a fresh heartbeat before claiming "
                        "(POST /api/v1/fleet/heartbeat)", code="invalid_transition")
     accept = tuple(body.get("accept_types") or JOB_TYPES)
     wait_s = body.get("wait_ms", 0) / 1000.0

@@ -40,7 +40,8 @@ ERROR_STATUSES = {
     409: "identity_conflict / project_not_active / invalid_transition / stale_attempt",
     413: "too_large: the body exceeds the route's limit",
     415: "unsupported_media_type",
-    422: "invalid_upload: the file is not what its headers say (permanent)",
+    422: "invalid_upload: the file is not what its headers say (permanent); invalid_document: "
+         "the file cannot be a document (empty, truncated, not a PDF or image)",
     426: "client_upgrade_required: X-Client-Version missing or not allowed",
     429: "project_dispatch_rate_limited (Retry-After)",
     503: "storage_unavailable (Retry-After)",

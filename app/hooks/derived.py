@@ -103,6 +103,21 @@ def _enqueue(identity_id: int, facts: dict, value: str, target: str) -> tuple[in
     return job_id, why
 
 
+def identity(target: str, source_sha256: str, profile: str, *, source_key: str,
+             source_project_id: str, size: int, pages: int | None, languages: str) -> tuple[int, int | None]:
+    """The derived-job identity (target, source SHA-256, profile), made if
+    new and locked either way; (its id, its job id or None)."""
+    return tuple(db.session.execute(text("""
+        INSERT INTO derived_jobs (target_project_id, source_sha256, profile, source_key,
+                                  source_project_id, source_size, source_pages, languages)
+        VALUES (:t, :sha, :pr, :k, :sp, :size, :pages, :langs)
+        ON CONFLICT (target_project_id, source_sha256, profile) DO UPDATE
+            SET languages = derived_jobs.languages   -- a no-op that returns the row, locked
+        RETURNING id, job_id"""),
+        {"t": target, "sha": source_sha256, "pr": profile, "k": source_key, "sp": source_project_id,
+         "size": size, "pages": pages, "langs": languages}).one())
+
+
 def advance(delivery_id: int) -> str | None:
     """Move one derive delivery forward in the caller's transaction (the
     caller commits); returns its state. Idempotent: any number of
@@ -123,17 +138,9 @@ def advance(delivery_id: int) -> str | None:
     profile = row["profile"] or {}
     facts = {"source_sha256": row["sha256"], "size": row["size"], "pages": row["pages"],
              "profile": profile.get("name"), "languages": profile.get("languages", "eng")}
-    identity = db.session.execute(text("""
-        INSERT INTO derived_jobs (target_project_id, source_sha256, profile, source_key,
-                                  source_project_id, source_size, source_pages, languages)
-        VALUES (:t, :sha, :pr, :k, :sp, :size, :pages, :langs)
-        ON CONFLICT (target_project_id, source_sha256, profile) DO UPDATE
-            SET languages = derived_jobs.languages   -- a no-op that returns the row, locked
-        RETURNING id, job_id"""),
-        {"t": row["target_project_id"], "sha": row["sha256"], "pr": facts["profile"],
-         "k": row["canonical_key"], "sp": row["project_id"], "size": row["size"],
-         "pages": row["pages"], "langs": facts["languages"]}).first()
-    identity_id, job_id = identity
+    identity_id, job_id = identity(row["target_project_id"], row["sha256"], facts["profile"],
+                                   source_key=row["canonical_key"], source_project_id=row["project_id"],
+                                   size=row["size"], pages=row["pages"], languages=facts["languages"])
     job = None
     if job_id is not None:
         job = db.session.execute(text("SELECT state, last_error FROM jobs WHERE id = :j"),

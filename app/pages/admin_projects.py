@@ -12,7 +12,7 @@ from app.extensions import db
 from app.pages import aggregates, charts
 from app.pages.admin import attempt, bp, done, explain, refuse
 from app.projects import bulk, jobs_admin, policy, service
-from app.projects.models import JOB_STATES
+from app.projects.models import JOB_STATES, PROJECT_KINDS
 
 PAGE_SIZE = 50
 NULLABLE_INTS = {"max_in_flight", "max_worker_in_flight", "task_timeout_seconds",
@@ -97,7 +97,7 @@ def creation_fields(form) -> dict:
 def projects():
     return render_template("admin/projects.html", projects=service.list_summaries(),
                            numbers=CREATE_NUMBERS, policy_help=policy.HELP,
-                           defaults={kind: policy.defaults(kind) for kind in ("generic", "pdf")},
+                           defaults={kind: policy.defaults(kind) for kind in PROJECT_KINDS},
                            states=JOB_STATES)
 
 

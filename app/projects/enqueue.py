@@ -130,15 +130,24 @@ def _check_paper_identifiers(specs: list[dict], offset: int) -> None:
                              details={"index": index, "field": "value"}) from None
 
 
-def insert_batch(project: Project, specs: list[dict], *, offset: int = 0) -> EnqueueResult:
+def insert_batch(project: Project, specs: list[dict], *, offset: int = 0,
+                 document_runs: bool = False) -> EnqueueResult:
     """Insert normalized specs in the open transaction; the caller commits.
+    ``document_runs``: the OCR runs app.documents makes, the only jobs a
+    documents project takes.
 
     Raises:
         Conflict: ``identity_conflict``; the caller must roll back.
+        InvalidJob: a job a project of this kind cannot take.
     """
     mode = project.identity_mode
     if project.kind == "pdf":
         _check_paper_identifiers(specs, offset)
+    elif project.kind == "documents" and not document_runs and specs:
+        raise InvalidJob(f"{project.id} is a documents project: it takes files, not jobs "
+                         f"(POST /api/v1/fleethq/projects/{project.id}/documents, or "
+                         "flask --app wsgi fleet documents add)",
+                         details={"index": offset, "field": "value"})
     kept = collapse_duplicates(specs, mode, offset)
     if not kept:
         return EnqueueResult(len(specs), 0)

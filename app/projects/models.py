@@ -15,6 +15,10 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
 
+# Kinds whose jobs finish through an archived PDF upload: ``pdf`` (papers a
+# fetch worker downloads) and ``documents`` (OCR runs of files people put in).
+PROJECT_KINDS = ("generic", "pdf", "documents")
+UPLOAD_KINDS = ("pdf", "documents")
 JOB_STATES = ("todo", "wip", "staged", "done", "failed", "reset_exhausted")
 ATTEMPT_STATES = ("running", "uploading", "staged", "done", "failed", "expired", "cancelled")
 
@@ -32,7 +36,7 @@ def _in(column: str, values) -> str:
 class Project(db.Model):
     __tablename__ = "projects"
     __table_args__ = (
-        CheckConstraint("kind IN ('generic', 'pdf')", name="kind"),
+        CheckConstraint(_in("kind", PROJECT_KINDS), name="kind"),
         CheckConstraint("status IN ('active', 'draining', 'archived')", name="status"),
         CheckConstraint("identity_mode IN ('none', 'external_id', 'unique_value')", name="identity_mode"),
         CheckConstraint("claim_order IN ('fifo', 'random')", name="claim_order"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from app.errors import InvalidRequest
+from app.projects.models import PROJECT_KINDS, UPLOAD_KINDS
 from workers.protocol import IDENTITY_MODES, is_identifier, is_int
 
 # Fields a worker's behaviour or access depends on: changing one bumps
@@ -46,6 +47,8 @@ HELP = {
 
 def defaults(kind: str) -> dict:
     pdf = kind == "pdf"
+    upload = kind in UPLOAD_KINDS
+    documents = kind == "documents"
     return {
         "kind": kind,
         "status": "active",
@@ -56,14 +59,20 @@ def defaults(kind: str) -> dict:
         "max_jobs_per_claim": 256,
         "max_resets": 3,
         "recommended_lease_seconds": 300,
-        "retry_backoff_seconds": 30 if pdf else 0,
+        "retry_backoff_seconds": 30 if upload else 0,
         "client_versions": [],
+        # Papers come from publishers the fleet must not crowd; documents are
+        # the master's own files, so an OCR host that wakes may use every core
+        # it offers (its --concurrency is the cap).
         "max_in_flight": 6 if pdf else None,
         "max_worker_in_flight": 2 if pdf else None,
         "prefer_new_worker": pdf,
-        "max_worker_attempts": 3 if pdf else None,
+        "max_worker_attempts": 3 if upload else None,
+        # A document waiting for a host that sleeps must never fail for it:
+        # no task deadline; each run is bounded by the attempt timeout (an
+        # hour: a long scan at one page in a few seconds on a slow lane).
         "task_timeout_seconds": 900 if pdf else None,
-        "attempt_timeout_seconds": 360 if pdf else None,
+        "attempt_timeout_seconds": 360 if pdf else 3600 if documents else None,
         "upload_timeout_seconds": 120,
         # Applied by the server alone (like claim_order), so not versioned.
         "fallback_after_seconds": 60,
@@ -124,7 +133,7 @@ def _client_versions(name, value):
 
 
 RULES = {
-    "kind": _choice("generic", "pdf"),
+    "kind": _choice(*PROJECT_KINDS),
     "status": _choice("active", "draining", "archived"),
     "identity_mode": _choice(*IDENTITY_MODES),
     "claim_order": _choice("fifo", "random"),

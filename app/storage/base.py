@@ -70,10 +70,11 @@ class PutResult:
     matches: bool = True
 
 
-def content_key(sha256_hex: str) -> str:
-    """Content-addressed key ``sha256/ab/cd/<sha256>.pdf`` (DESIGN §8.6)."""
+def content_key(sha256_hex: str, suffix: str = "pdf") -> str:
+    """Content-addressed key ``sha256/ab/cd/<sha256>.pdf`` (DESIGN §8.6); a
+    document's original scan keeps its own suffix (``.tif``, ``.png``…)."""
     digest = check_digest(sha256_hex)
-    return f"sha256/{digest[0:2]}/{digest[2:4]}/{digest}.pdf"
+    return f"sha256/{digest[0:2]}/{digest[2:4]}/{digest}.{suffix}"
 
 
 def check_key(key: str) -> str:

@@ -120,6 +120,10 @@ class Rules:
     source_pages: int | None
     source_size: int
 
+    # The papers' minimum size guards against error pages posing as PDFs; an
+    # OCRed one-bit scan of a short page is a few KB and is checked otherwise.
+    min_bytes = 1
+
     @property
     def max_bytes(self) -> int:
         return SIZE_FACTOR * self.source_size + SIZE_SLACK_BYTES

@@ -89,7 +89,7 @@ def parse_headers(headers, content_length: int | None, *, max_bytes: int) -> Upl
     return UploadHeaders(sha, size, source, strategy, result)
 
 
-def _stream_to(fd: int, stream, size: int, deadline: float, sock) -> str:
+def stream_to(fd: int, stream, size: int, deadline: float, sock) -> str:
     """Copy exactly ``size`` bytes from ``stream`` to ``fd``; returns the SHA-256.
 
     Raises:
@@ -152,6 +152,8 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
     # A derived job's PDF needs its text first: refused before admission,
     # so nothing is reserved or changed.
     rules = derived_uploads.rules_for(attempt_id)
+    if rules is not None:
+        min_bytes = rules.min_bytes
     admission = transitions.admit(attempt_id, worker, meta.sha256, meta.size, spool)
     if admission.action == "receipt":
         return (200 if admission.state == "done" else 202), {"state": admission.state}
@@ -168,7 +170,7 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
     spool.drop_superseded_parts(attempt_id, generation)
     try:
         try:
-            digest = _stream_to(fd, stream, meta.size, deadline, sock)
+            digest = stream_to(fd, stream, meta.size, deadline, sock)
             # Taken at the last write: a later write (before or after staging)
             # changes it, and the archive commit then re-reads the file.
             written = spool_mod.stamp(fd)

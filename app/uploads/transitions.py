@@ -21,6 +21,7 @@ from app.errors import Conflict, NotFound
 from app.extensions import db
 from app.projects import states, wakeups
 from app.projects.leasing import Worker
+from app.projects.models import UPLOAD_KINDS
 from app.uploads import spool as spool_mod
 
 class UploadMismatch(Conflict):
@@ -96,9 +97,9 @@ def admit(attempt_id: int, worker: Worker, sha256: str, size: int, spool) -> Adm
         ``SpoolFull`` when the quota is exhausted.
     """
     row = _lock_owned(attempt_id, worker)
-    if row["kind"] != "pdf":
+    if row["kind"] not in UPLOAD_KINDS:
         db.session.rollback()
-        raise Conflict("uploads are for pdf projects", code="invalid_transition")
+        raise Conflict("uploads are for pdf and documents projects", code="invalid_transition")
     upload = db.session.execute(text(
         "SELECT state, sha256, size, generation, extract(epoch FROM upload_deadline_at - now()), "
         # Locked before the spool quota row, the order of the sweeper's

@@ -1,0 +1,115 @@
+"""Documents over FleetHQ's API (app/documents): put a file in, read it back.
+
+``POST /api/v1/fleethq/projects/<p>/documents`` takes the file as the raw
+body (its name in ``?filename=``) and answers the document at once: 201
+when it is new, 200 when the same bytes are already in the project. Its
+OCR state is read later with ``GET /api/v1/fleethq/documents/<id>``.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from flask import current_app, jsonify, request
+
+from app.api import bp
+from app.api import validate as v
+from app.api.auth import require
+from app.documents import intake, reading
+from app.errors import InvalidRequest, TooLarge
+from app.storage import shared_store
+from app.uploads import ingest
+from app.uploads.spool import Spool
+
+UPLOAD_QUERY = {
+    "filename": v.Optional(v.string(4 * intake.FILENAME_MAX).describe(
+        "the file's name, shown and used for downloads (a path keeps its last part)")),
+    "languages": v.Optional(v.string(256).describe(
+        "Tesseract languages for its OCR, joined by '+' (default eng)")),
+}
+LIST_QUERY = {
+    "after_id": v.Optional(v.int_range(0, v.INT64_MAX)),
+    "limit": v.Optional(v.int_range(1, reading.LIST_MAX)),
+}
+DOCUMENT = v.named("Document", {
+    "document_id": v.int_range(1, v.INT64_MAX), "project_id": v.identifier, "filename": v.text,
+    "media_type": v.one_of("application/pdf", "image/tiff", "image/png", "image/jpeg"),
+    "sha256": v.text.describe("of the file as it came"), "size": v.int_range(0, v.INT64_MAX),
+    "pages": v.int_range(1, v.INT64_MAX), "added_via": v.one_of("api", "page", "consume", "cli"),
+    "added_by": v.text, "created_at": v.timestamp,
+    "state": v.one_of(*reading.STATES).describe("of its indexed OCR run"),
+    "searchable": v.boolean.describe("its text is in the search index"),
+    "ocr": v.obj({
+        "job_id": v.int_range(1, v.INT64_MAX, nullable=True), "job_state": v.text.or_null(),
+        "profile": v.text.or_null(), "languages": v.text.or_null(),
+        "asset_key": v.text.or_null().describe("the OCRed PDF, once archived"),
+        "error": v.any_object.or_null()}),
+    "asset_key": v.text.describe("the archived PDF of the file"),
+})
+
+
+def _length() -> int:
+    limit = current_app.config["UPLOAD_MAX_BYTES"]
+    length = request.content_length
+    if length is not None and length > limit:
+        raise TooLarge(f"documents are limited to {limit} bytes", details={"limit": limit})
+    if length is None and "chunked" in request.headers.get("Transfer-Encoding", "").lower():
+        raise InvalidRequest("Content-Length must be present (no chunked uploads)",
+                             details={"field": "Content-Length"})
+    return length or 0  # no body at all is an empty file, refused as one
+
+
+@bp.post("/fleethq/projects/<project_id>/documents")
+@v.declare(body=v.Media("application/octet-stream", description=(
+               "the file: PDF, TIFF (also multi-page), PNG or JPEG, at most 100 MiB")),
+           query=UPLOAD_QUERY, responses={200: ("already in the project", DOCUMENT),
+                                          201: ("added", DOCUMENT)},
+           errors=(409, 422, 503), operation_id="fleethqAddDocument",
+           summary="Put a document into a documents project (raw body)")
+def add_document(project_id):
+    who = require("admin")
+    args = v.query(UPLOAD_QUERY)
+    cfg = current_app.config
+    length = _length()
+    project = intake.documents_project(project_id)  # refused before a byte is read
+    deadline = time.monotonic() + project.upload_timeout_seconds
+    spool = Spool.from_config(cfg)
+    scratch = intake.scratch_dir(spool.directory)
+    try:
+        path = os.path.join(scratch.name, "upload")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        sock = request.environ.get("gunicorn.socket") or request.environ.get("werkzeug.socket")
+        try:
+            sha256 = ingest.stream_to(fd, request.stream, length, deadline, sock)
+        except (TimeoutError, ConnectionError) as exc:
+            err = InvalidRequest(f"upload interrupted: {exc}")
+            err.retryable = True
+            raise err from None
+        finally:
+            os.close(fd)
+        added = intake.add_file(project_id, path, sha256, args.get("filename"), via="api",
+                                by=who.user_id or who.node_id, store=shared_store(cfg),
+                                workdir=scratch.name, max_bytes=cfg["UPLOAD_MAX_BYTES"],
+                                languages=args.get("languages"))
+    finally:
+        intake.remove_scratch(scratch)
+    return jsonify(reading.get(added.document_id)), 201 if added.created else 200
+
+
+@bp.get("/fleethq/documents/<int:document_id>")
+@v.declare(responses={200: DOCUMENT}, summary="A document and the state of its OCR")
+def show_document(document_id):
+    require("admin", "reader")
+    return jsonify(reading.get(document_id))
+
+
+@bp.get("/fleethq/projects/<project_id>/documents")
+@v.declare(query=LIST_QUERY, responses={200: {"documents": v.array(DOCUMENT),
+                                             "next_after_id": v.int_range(1, v.INT64_MAX, nullable=True)}},
+           summary="A project's documents, oldest first (cursor paging)")
+def list_documents(project_id):
+    require("admin", "reader")
+    args = v.query(LIST_QUERY)
+    intake.documents_project(project_id)
+    return jsonify(reading.list_page(project_id, after_id=args.get("after_id", 0),
+                                     limit=args.get("limit", 50)))
