@@ -189,3 +189,31 @@ def test_the_command_adds_files_and_names_each_refusal(app, api, files, tmp_path
         args=["fleet", "documents", "add", "--project", "docs", paths[0]])
     assert again.exit_code == 0 and again.stdout.startswith("already in")
     assert sql(app, "SELECT count(*) FROM audit_log WHERE action = 'documents.add'")[0][0] == 2
+
+
+def test_readers_search_read_the_text_and_download_over_the_api(app, client, api, make_user, files):
+    from app.extensions import db
+    from app.search.index import index_paper
+    doc = body(_add(api, "multi.tif", files["multi.tif"]))
+    reader = Api(client, make_user("rita", ["reader"]))
+    empty = body(reader.call("GET", f"/api/v1/fleethq/documents/{doc['document_id']}/pages"))
+    assert (empty["pages"], empty["text"]) == (2, [])  # not OCRed yet
+    with app.app_context():  # what the archive commit of its OCR run writes
+        index_paper(doc["asset_key"], "docs", "quartz harbour\fcopper falcon whisper\f")
+        db.session.commit()
+        db.session.remove()
+    found = body(reader.call("GET", "/api/v1/fleethq/documents/search?q=falcon"))
+    (hit,) = found["results"]
+    assert (hit["document_id"], hit["filename"], hit["page"]) == (doc["document_id"], "multi.tif", 2)
+    text = body(reader.call("GET", f"/api/v1/fleethq/documents/{doc['document_id']}/pages?first=2&q=falcon"))
+    assert text["text"] == [{"page": 2, "segments": [
+        {"text": "copper ", "match": False}, {"text": "falcon", "match": True},
+        {"text": " whisper", "match": False}]}]
+    original = reader.call("GET", f"/api/v1/fleethq/documents/{doc['document_id']}/file/original")
+    assert original.status_code == 200 and original.data == files["multi.tif"]
+    assert original.headers["Content-Disposition"].endswith("filename*=UTF-8''multi.tif")
+    as_pdf = reader.call("GET", f"/api/v1/fleethq/documents/{doc['document_id']}/file/pdf")
+    assert as_pdf.data.startswith(b"%PDF") and "multi.pdf" in as_pdf.headers["Content-Disposition"]
+    error = api_error(reader.call("GET", f"/api/v1/fleethq/documents/{doc['document_id']}/file/ocr"),
+                      404, "not_found")
+    assert error["details"] == {"document_id": doc["document_id"], "file": "ocr"}

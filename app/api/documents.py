@@ -15,9 +15,14 @@ from flask import current_app, jsonify, request
 from app.api import bp
 from app.api import validate as v
 from app.api.auth import require
+from app.api.search import SNIPPET_SEGMENT
 from app.documents import intake, reading
+from app.documents.downloads import file_response
 from app.errors import InvalidRequest, TooLarge
+from app.extensions import db
+from app.search import query
 from app.storage import shared_store
+from app.storage.base import StorageError
 from app.uploads import ingest
 from app.uploads.spool import Spool
 
@@ -113,3 +118,68 @@ def list_documents(project_id):
     intake.documents_project(project_id)
     return jsonify(reading.list_page(project_id, after_id=args.get("after_id", 0),
                                      limit=args.get("limit", 50)))
+
+
+SEARCH_QUERY = {
+    "q": v.string(4 * query.MAX_QUERY_CHARS, min_bytes=1).describe(
+        "words, \"a phrase\", or, -word (websearch syntax)"),
+    "project": v.Optional(v.identifier),
+    "limit": v.Optional(v.int_range(1, query.MAX_LIMIT)),
+    "offset": v.Optional(v.int_range(0, query.MAX_OFFSET)),
+}
+PAGES_QUERY = {
+    "first": v.Optional(v.int_range(1, 100_000).describe("the first page, from 1 (default 1)")),
+    "count": v.Optional(v.int_range(1, 100).describe("how many pages (default 20)")),
+    "q": v.Optional(v.string(4 * query.MAX_QUERY_CHARS).describe("words to mark in the text")),
+}
+DOCUMENT_HIT = v.named("DocumentHit", {
+    "document_id": v.int_range(1, v.INT64_MAX, nullable=True), "filename": v.text.or_null(),
+    "canonical_key": v.text, "project_id": v.identifier,
+    "page": v.int_range(1, v.INT64_MAX).describe("its best-ranked matching page"),
+    "pages_matched": v.int_range(1, v.INT64_MAX), "rank": v.number(0),
+    "snippet": v.array(SNIPPET_SEGMENT), "job_id": v.text.or_null(),
+})
+
+
+@bp.get("/fleethq/documents/search")
+@v.declare(query=SEARCH_QUERY, responses={200: {
+               "query": v.text, "project_id": v.identifier.or_null(),
+               "limit": v.int_range(1, query.MAX_LIMIT), "offset": v.int_range(0, query.MAX_OFFSET),
+               "total": v.int_range(0, v.INT64_MAX), "total_is_lower_bound": v.boolean,
+               "more": v.boolean, "results": v.array(DOCUMENT_HIT)}},
+           summary="Search the documents' text (best first, each with its best page)")
+def search_documents():
+    require("admin", "reader")
+    args = v.query(SEARCH_QUERY)
+    return jsonify(reading.find(args["q"], project_id=args.get("project"),
+                                limit=args.get("limit", 20), offset=args.get("offset", 0)))
+
+
+@bp.get("/fleethq/documents/<int:document_id>/pages")
+@v.declare(query=PAGES_QUERY, responses={200: {
+               "document_id": v.int_range(1, v.INT64_MAX), "pages": v.int_range(1, v.INT64_MAX),
+               "text": v.array(v.obj({"page": v.int_range(1, v.INT64_MAX),
+                                      "segments": v.array(SNIPPET_SEGMENT)}))}},
+           summary="A document's text page by page (empty until it is OCRed), words of q marked")
+def document_pages(document_id):
+    require("admin", "reader")
+    args = v.query(PAGES_QUERY)
+    doc = reading.get(document_id)
+    pages = query.pages(doc["asset_key"], args.get("first", 1), args.get("count", 20),
+                        args.get("q")) if doc["searchable"] else []
+    db.session.commit()
+    return jsonify(document_id=document_id, pages=doc["pages"], text=pages)
+
+
+@bp.get("/fleethq/documents/<int:document_id>/file/<any(original, pdf, ocr):which>")
+@v.declare(responses={200: v.Media("application/octet-stream",
+                                   description="the file, under its own name (Content-Disposition)")},
+           path={"which": v.one_of(*reading.FILES)}, errors=(503,),
+           summary="Download a document's original file, its PDF, or its OCRed PDF")
+def document_file(document_id, which):
+    require("admin", "reader")
+    try:
+        return file_response(current_app.config, *reading.file_of(document_id, which))
+    except StorageError as exc:
+        raise intake.StorageUnavailable(f"the archive is unavailable: {exc}",
+                                        retry_after_ms=5000) from None

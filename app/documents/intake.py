@@ -43,6 +43,7 @@ from workers import pdfcheck
 log = logging.getLogger(__name__)
 DEFAULT_PROFILE = {"name": "ocr", "languages": "eng"}
 FILENAME_MAX = 255
+CHUNK = 1024 * 1024
 SCRATCH = "intake"  # under the spool directory; the spool sweeper ignores it
 
 
@@ -230,6 +231,33 @@ def queue_run(project, document_id: int, profile: dict) -> int:
     db.session.execute(text("UPDATE documents SET job_id = :j WHERE id = :d"),
                        {"j": job_id, "d": document_id})
     return job_id
+
+
+def add_stream(project_id: str, stream, filename: str | None, *, via: str, by: str, store,
+               spool_directory: str, max_bytes: int, languages: str | None = None) -> Added:
+    """:func:`add_file` for a file that arrives as a stream (a page form's
+    upload): copied into a scratch directory while hashed, refused as soon
+    as it passes ``max_bytes``."""
+    scratch = scratch_dir(spool_directory)
+    try:
+        path = os.path.join(scratch.name, "upload")
+        digest, size = hashlib.sha256(), 0
+        with open(path, "xb") as out:
+            while chunk := stream.read(CHUNK):
+                size += len(chunk)
+                if size > max_bytes:
+                    name = clean_filename(filename, "0" * 12)
+                    raise InvalidDocument(f"{name}: more than {max_bytes} bytes; documents are "
+                                          f"limited to {max_bytes} bytes",
+                                          details={"file": name, "reason": "too_large",
+                                                   "limit": max_bytes})
+                digest.update(chunk)
+                out.write(chunk)
+        return add_file(project_id, path, digest.hexdigest(), filename, via=via, by=by,
+                        store=store, workdir=scratch.name, max_bytes=max_bytes,
+                        languages=languages)
+    finally:
+        remove_scratch(scratch)
 
 
 def remove_scratch(directory: tempfile.TemporaryDirectory) -> None:

@@ -68,3 +68,91 @@ def list_page(project_id: str, *, after_id: int = 0, limit: int = 50) -> dict:
     rows = rows[:limit]
     return {"documents": [_view(r) for r in rows],
             "next_after_id": rows[-1]["id"] if more else None}
+
+
+def runs(document_id: int) -> list[dict]:
+    """The OCR runs of a document, newest first: profile, languages, the job
+    state, and per attempt the worker, when it started, how long it took and
+    how it ended. ``indexed`` marks the run whose text the index holds."""
+    rows = db.session.execute(text("""
+        SELECT dj.job_id, dj.profile, dj.languages, j.state, d.job_id = dj.job_id AS indexed,
+               a.id AS attempt_id, a.worker_id, a.state AS attempt_state, a.created_at,
+               a.finished_at, a.error, u.staged_at, u.done_at
+        FROM documents d
+        JOIN derived_jobs dj ON dj.target_project_id = d.project_id AND dj.source_key = d.asset_key
+        LEFT JOIN jobs j ON j.id = dj.job_id
+        LEFT JOIN attempts a ON a.job_id = dj.job_id
+        LEFT JOIN uploads u ON u.attempt_id = a.id
+        WHERE d.id = :d ORDER BY dj.id DESC, a.id DESC LIMIT 200"""), {"d": document_id}).mappings().all()
+    db.session.commit()
+    out: dict[int, dict] = {}
+    for r in rows:
+        run = out.setdefault(r["job_id"], {
+            "job_id": r["job_id"], "profile": r["profile"], "languages": r["languages"],
+            "state": _STATE.get(r["state"], "queued"), "indexed": bool(r["indexed"]), "attempts": []})
+        if r["attempt_id"] is not None:
+            started, finished = r["created_at"], r["done_at"] or r["finished_at"]
+            run["attempts"].append({
+                "attempt_id": r["attempt_id"], "worker_id": r["worker_id"], "state": r["attempt_state"],
+                "started_at": int(started.timestamp()),
+                "finished_at": int(finished.timestamp()) if finished else None,
+                "seconds": round((finished - started).total_seconds(), 1) if finished else None,
+                "error": r["error"]})
+    return list(out.values())
+
+
+def find(q: str, *, project_id: str | None = None, limit: int = 20, offset: int = 0) -> dict:
+    """Documents whose text matches ``q``, best first, each with its best
+    page and a snippet (app.search.query over documents only)."""
+    from app.search import query
+    found = query.search(q, project_id=project_id, limit=limit, offset=offset, documents_only=True)
+    keys = [(hit["project_id"], hit["canonical_key"]) for hit in found["results"]]
+    ids = {}
+    if keys:
+        ids = {(r[0], r[1]): (r[2], r[3]) for r in db.session.execute(text(
+            "SELECT project_id, asset_key, id, filename FROM documents "
+            "WHERE (project_id, asset_key) IN (SELECT * FROM unnest(CAST(:p AS text[]), CAST(:k AS text[])))"),
+            {"p": [k[0] for k in keys], "k": [k[1] for k in keys]})}
+    db.session.commit()
+    for hit in found["results"]:
+        hit["document_id"], hit["filename"] = ids.get((hit["project_id"], hit["canonical_key"]),
+                                                      (None, None))
+    return found
+
+
+def newest(project_id: str | None, *, before_id: int | None = None, limit: int = 50) -> dict:
+    """Documents newest first (of one project, or of all), in pages."""
+    where = ["d.id < :b" if before_id else "true", "d.project_id = :p" if project_id else "true"]
+    rows = db.session.execute(text(
+        _SELECT + f" WHERE {' AND '.join(where)} ORDER BY d.id DESC LIMIT :n"),
+        {"b": before_id, "p": project_id, "n": limit + 1}).mappings().all()
+    db.session.commit()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return {"documents": [_view(r) for r in rows],
+            "next_before_id": rows[-1]["id"] if more else None}
+
+
+FILES = ("original", "pdf", "ocr")
+
+
+def file_of(document_id: int, which: str) -> tuple[str, str, str]:
+    """(object key, media type, download name) of one of a document's files:
+    ``original`` (as it came), ``pdf`` (its archived PDF), ``ocr`` (the
+    OCRed PDF of its indexed run). Raises NotFound."""
+    doc = get(document_id)
+    keys = db.session.execute(text(
+        "SELECT d.original_key, a.object_key, o.object_key FROM documents d "
+        "JOIN assets a ON a.canonical_key = d.asset_key "
+        "LEFT JOIN assets o ON o.canonical_key = :ocr WHERE d.id = :d"),
+        {"d": document_id, "ocr": doc["ocr"]["asset_key"] or ""}).first()
+    db.session.commit()
+    key = dict(zip(FILES, keys)).get(which) if keys else None
+    if key is None:
+        raise NotFound(f"document {document_id} has no {which} file yet",
+                       details={"document_id": document_id, "file": which})
+    name = doc["filename"]
+    stem = name.rsplit(".", 1)[0] if "." in name else name
+    if which == "original":
+        return key, doc["media_type"], name
+    return key, "application/pdf", f"{stem}.ocr.pdf" if which == "ocr" else f"{stem}.pdf"

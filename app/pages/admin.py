@@ -154,5 +154,6 @@ def _json(value) -> str:
 
 
 # The route modules register their views on ``bp`` when imported.
-from app.pages import (admin_audit, admin_bulk, admin_dashboard, admin_enqueue, admin_hooks, admin_jobs,  # noqa: E402,F401
-                       admin_projects, admin_search, admin_users, admin_workers)
+from app.pages import (admin_audit, admin_bulk, admin_dashboard, admin_documents,  # noqa: E402,F401
+                       admin_enqueue, admin_hooks, admin_jobs, admin_projects, admin_search,
+                       admin_users, admin_workers)

@@ -54,6 +54,7 @@ bp = Blueprint("auth", __name__)
 login_manager = LoginManager()
 
 DEV_USER = "dev-admin"
+DEV_READER = "dev-reader"  # reads documents and progress; nothing else
 LOOPBACK = ("127.0.0.1", "::1")
 # A proxy on the same host makes every client look like loopback.
 FORWARDED_HEADERS = ("X-Forwarded-For", "X-Real-IP", "Forwarded")
@@ -87,7 +88,11 @@ def home_url() -> str:
     if current_user.is_admin:
         return "/admin"
     if current_user.has("reader") and not current_user.has("worker"):
-        return url_for("progress_pages.index")
+        # A document service's readers come to read documents; an archive
+        # team's readers to watch progress.
+        has_documents = db.session.execute(text(
+            "SELECT EXISTS (SELECT 1 FROM projects WHERE kind = 'documents')")).scalar()
+        return url_for("documents_pages.index" if has_documents else "progress_pages.index")
     return url_for("worker_pages.index")
 
 
@@ -239,6 +244,9 @@ def dev_login():
         abort(404)
     limit_login()
     from app.accounts import service as accounts
+    if request.form.get("as") == "reader":
+        accounts.put_user(DEV_READER, ["reader"], "active")
+        return _sign_in(DEV_READER, _safe_next(request.form.get("next")))
     accounts.put_user(DEV_USER, ["admin", "worker"], "active")
     return _sign_in(DEV_USER, _safe_next(request.form.get("next")))
 

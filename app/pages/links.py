@@ -39,6 +39,8 @@ def nav_links(user) -> list[dict]:
     links = [{"url": url_for(endpoint), "label": label, "current": section in segments}
              for endpoint, label, segments in (ADMIN_SECTIONS if user.is_admin else ())]
     if user.has("reader", "admin"):
+        links.append({"url": url_for("documents_pages.index"), "label": lazy_gettext("Documents"),
+                      "current": parts[0] == "documents"})
         links.append({"url": url_for("progress_pages.index"), "label": lazy_gettext("Progress"),
                       "current": parts[0] == "progress"})
     links.append({"url": url_for("worker_pages.index"), "label": lazy_gettext("My worker"),

@@ -71,8 +71,11 @@ FROM (SELECT (SELECT count(*) FROM papers) AS papers, (SELECT count(*) FROM cand
 LEFT JOIN shown s ON true
 LEFT JOIN paper_pages b ON b.canonical_key = s.canonical_key AND b.page = s.page
 ORDER BY s.rank DESC, s.canonical_key"""
+_DOCUMENTS = "AND p.canonical_key LIKE 'doc:%'"  # documents people put in (app/documents)
 SEARCH_ALL = sql(_SEARCH.format(project_filter=""))
 SEARCH_PROJECT = sql(_SEARCH.format(project_filter="AND p.project_id = :project"))
+SEARCH_DOCUMENTS = sql(_SEARCH.format(project_filter=_DOCUMENTS))
+SEARCH_PROJECT_DOCUMENTS = sql(_SEARCH.format(project_filter="AND p.project_id = :project " + _DOCUMENTS))
 
 
 def parse(q) -> str:
@@ -151,7 +154,8 @@ def _guarded():
             details={"field": "q", "timeout_ms": SEARCH_TIMEOUT_MS}) from None
 
 
-def search(q: str, *, project_id: str | None = None, limit: int = 20, offset: int = 0) -> dict:
+def search(q: str, *, project_id: str | None = None, limit: int = 20, offset: int = 0,
+           documents_only: bool = False) -> dict:
     """Papers whose text matches ``q``, best first, one entry per paper.
 
     Returns ``{"query", "project_id", "limit", "offset", "total",
@@ -168,9 +172,10 @@ def search(q: str, *, project_id: str | None = None, limit: int = 20, offset: in
     offset = _bounded(offset, "offset", 0, MAX_OFFSET)
     params = {"q": q, "cap": CANDIDATE_PAGES + 1, "limit": limit, "offset": offset,
               "markers": HIT_START + HIT_STOP, "options": HEADLINE_OPTIONS}
-    statement = SEARCH_ALL
+    statement = SEARCH_DOCUMENTS if documents_only else SEARCH_ALL
     if project_id is not None:
-        statement, params["project"] = SEARCH_PROJECT, project_id
+        statement = SEARCH_PROJECT_DOCUMENTS if documents_only else SEARCH_PROJECT
+        params["project"] = project_id
     with _guarded():
         rows = db.session.execute(statement, params).mappings().all()
     papers, pages = rows[0]["papers"], rows[0]["pages"]
@@ -182,3 +187,28 @@ def search(q: str, *, project_id: str | None = None, limit: int = 20, offset: in
     return {"query": q, "project_id": project_id, "limit": limit, "offset": offset,
             "total": int(papers), "total_is_lower_bound": pages > CANDIDATE_PAGES,
             "more": offset + len(results) < papers, "results": results}
+
+
+_PAGES = sql(f"""
+SELECT p.page, p.body, CASE WHEN :q = '' THEN NULL
+       WHEN p.tsv @@ {_TSQUERY} THEN ts_headline('{TS_CONFIG}'::regconfig, translate(p.body, :markers, ''),
+                                                {_TSQUERY}, :options) END AS marked
+FROM paper_pages p WHERE p.canonical_key = :k AND p.page BETWEEN :first AND :last ORDER BY p.page""")
+WHOLE_PAGE = f'StartSel="{HIT_START}", StopSel="{HIT_STOP}", HighlightAll=true'
+
+
+def pages(canonical_key: str, first: int, count: int, q: str | None = None) -> list[dict]:
+    """Pages ``first``.. ``first + count - 1`` of an indexed text as
+    ``[{"page", "segments"}]``, each whole page, with the words of ``q``
+    marked on the pages that match it (a bad query marks nothing)."""
+    if q:
+        try:
+            q = parse(q)
+        except InvalidRequest:
+            q = ""
+    params = {"k": canonical_key, "first": first, "last": first + count - 1, "q": q or "",
+              "markers": HIT_START + HIT_STOP, "options": WHOLE_PAGE}
+    with _guarded():
+        rows = db.session.execute(_PAGES, params).mappings().all()
+    return [{"page": r["page"], "segments": segments(r["marked"]) if r["marked"] is not None
+             else [{"text": r["body"], "match": False}]} for r in rows]
