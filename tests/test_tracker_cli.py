@@ -344,6 +344,7 @@ DATABASE_COMMANDS = {
     "remote": ["off"],
     "local-worker": ["--volume", "{volume}"],
     "audit": [],
+    "documents": ["add", "--project", "p", "{source}"],
 }
 NO_DATABASE_COMMANDS = {"web-keygen"}
 
