@@ -1,6 +1,7 @@
 """``flask fleet documents add FILE…``: put documents in from the master host."""
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -45,7 +46,9 @@ def add(project_id, languages, files):
                                     max_bytes=cfg["UPLOAD_MAX_BYTES"], languages=languages)
         except FleetError as exc:
             refused += 1
-            click.echo(f"refused {path}: {exc.message}", err=True)
+            name = os.path.basename(path)
+            message = exc.message[len(name) + 2:] if exc.message.startswith(f"{name}: ") else exc.message
+            click.echo(f"refused {path}: {message}", err=True)
             continue
         finally:
             intake.remove_scratch(scratch)
@@ -54,3 +57,42 @@ def add(project_id, languages, files):
                    f"{doc['document_id']}, {doc['pages']} page(s), {doc['state']}")
     if refused:
         sys.exit(1)
+
+
+@documents.command("consume")
+@click.option("--folder", default=None, help="The consume folder (default FLEETHQ_CONSUME_DIR, "
+                                             "else <data dir>/consume).")
+@click.option("--project", "project_id", default=None,
+              help="The documents project of top-level files (default FLEETHQ_CONSUME_PROJECT).")
+@click.option("--polling", "polling_s", default=None, type=click.IntRange(0, 3600),
+              help="List the folder every N seconds instead of inotify (network mounts).")
+@click.option("--once", is_flag=True, help="One pass over what is there now, then exit.")
+def consume(folder, project_id, polling_s, once):
+    """Watch the consume folder: each file that stopped growing becomes a
+    document, then moves to done/ (or failed/ with its reason beside it)."""
+    import signal
+    import threading
+
+    from flask import current_app
+
+    from app.documents.consume import Folder, intake_adder
+    cfg = current_app.config
+    root = folder or cfg.get("CONSUME_DIR") or os.path.join(cfg["DATA_DIR"], "consume")
+    project = project_id or cfg.get("CONSUME_PROJECT")
+    polling = cfg["CONSUME_POLLING_S"] if polling_s is None else polling_s
+    watched = Folder(root, project, cfg["CONSUME_SETTLE_S"], intake_adder(cfg))
+    if once:
+        watched.settle_s = 0
+        watched.settled(0.0)  # the first look only records what is there
+        for outcome in watched.pass_once(0.0):
+            click.echo(f"{outcome.state} {outcome.name}"
+                       + (f": document {outcome.document_id}" if outcome.document_id else "")
+                       + (f": {outcome.reason}" if outcome.reason and outcome.state != "done" else ""))
+        return
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    click.echo(f"consume: watching {os.path.abspath(root)} "
+               f"({'every %s s' % polling if polling else 'inotify'}); top-level files go to "
+               f"{project or 'no project (set FLEETHQ_CONSUME_PROJECT)'}", err=True)
+    watched.run(stop, polling_s=polling)

@@ -90,6 +90,17 @@ class Defaults:
     UPLOAD_MIN_BYTES = 10 * 1024
     # Largest PDF an upload may carry.
     UPLOAD_MAX_BYTES = 100 * 1024 * 1024
+    # The consume folder (default <DATA_DIR>/consume): files dropped there become
+    # documents (``flask fleet documents consume``, docs/documents.md).
+    CONSUME_DIR = None
+    # The documents project of files at the consume folder's top level (a
+    # subfolder named after a documents project takes its files there).
+    CONSUME_PROJECT = None
+    # Seconds a dropped file must stay unchanged before it is taken.
+    CONSUME_SETTLE_S = 2
+    # List the consume folder every this many seconds instead of inotify (for
+    # network mounts, where inotify sees nothing); 0 uses inotify.
+    CONSUME_POLLING_S = 0
     # Seconds a staged upload may wait for the archive before it fails (or is held).
     STAGED_RETENTION_S = 7 * 24 * 3600
     # Finished attempts kept per job, newest first; 0 keeps all (docs/operations.md "Retention").

@@ -29,6 +29,7 @@ from app.devdemo import WORKER_VERSION, api
 from app.devprocs import Stack, StepFailed, say
 
 SOURCE, TARGET = "demo-scans", "demo-scans-ocr"
+DOCUMENTS = "documents"  # app/devdemo_documents.py: the consume folder's project
 AS_WORKER = {"X-Client-Version": WORKER_VERSION}
 SCANS = [["harbour lantern", "meadow violin"], ["falcon granite"], ["orchid sailor", "copper whisper"],
          ["thunder marble"], ["candle forest", "silver river"], ["garden window"]]
@@ -96,7 +97,7 @@ def _start_remote(stack: Stack, base: str, token: str, env: dict) -> None:
         worker_env["FLEETHQ_ENROLL"] = made.stdout.strip().splitlines()[-1]
     stack.spawn("ocr-remote", [
         py, "-m", "workers.runner.cli", "run", "--master", base, "--volume", str(volume),
-        "--project", TARGET, "--task", "ocr", "--concurrency", "1", "--allow-http",
+        "--project", TARGET, "--project", DOCUMENTS, "--task", "ocr", "--concurrency", "1", "--allow-http",
         "--client-version", WORKER_VERSION, "--name", "ocr-remote"], worker_env)
     deadline = time.monotonic() + 60
     while not (identity.exists() and json.loads(identity.read_text()).get("registered")):
@@ -117,7 +118,7 @@ def _start_local(stack: Stack, base: str, env: dict) -> None:
         sys.executable, "-m", "flask", "--app", "wsgi", "fleet", "local-worker",
         "--volume", str(stack.var / "ocr-local"), "--master-url", base, "--concurrency", "1",
         "--tier", "fallback", "--name", "devstack-ocr-local", "--",
-        "--project", TARGET, "--task", "ocr", "--client-version", WORKER_VERSION], env)
+        "--project", TARGET, "--project", DOCUMENTS, "--task", "ocr", "--client-version", WORKER_VERSION], env)
 
 
 def ocr_demo(stack: Stack, base: str, token: str, env: dict) -> None:

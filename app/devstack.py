@@ -24,6 +24,8 @@ from pathlib import Path
 
 from app import devstate, embedded
 from app.devdemo import DEMO_PROJECT, demo, pdf_demo
+from app.devdemo_documents import PROJECT as DOCUMENTS_PROJECT
+from app.devdemo_documents import documents_demo, make_project
 from app.devdemo_ocr import ocr_demo
 from app.devprocs import Stack, StepFailed, Stop, print_lock, say, wait_ready
 
@@ -92,13 +94,17 @@ def run(args) -> int:
         stack.spawn("web", [py, "-m", "gunicorn", "-c", "python:app.gunicorn_conf", "wsgi:app"], env)
         stack.spawn("tasks", [py, "-m", "dramatiq", "tasks:setup_broker", "--processes", "1", "--threads", "4"], env)
         stack.spawn("clock", [py, "-m", "tasks.clock"], env)
+        stack.spawn("consume", [py, "-m", "flask", "--app", "wsgi", "fleet", "documents", "consume",
+                                "--project", DOCUMENTS_PROJECT], env)
 
         base = f"http://127.0.0.1:{port}"
         wait_ready(stack, base)
         if not args.no_demo:
             demo(base, token)
             pdf_demo(stack, base, token, env)
+            make_project(base, token)
             ocr_demo(stack, base, token, env)
+            documents_demo(stack, base, token)
         with print_lock:
             print(banner(base, token, token_file.relative_to(root)), flush=True)
         while True:

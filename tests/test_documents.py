@@ -182,7 +182,7 @@ def test_the_command_adds_files_and_names_each_refusal(app, api, files, tmp_path
         args=["fleet", "documents", "add", "--project", "docs", *paths])
     assert result.exit_code == 1, result.output
     assert "added" in result.stdout and "multi.tif" in result.stdout and "photo.jpg" in result.stdout
-    assert f"refused {paths[1]}: notes.pdf: not a PDF, TIFF, PNG or JPEG" in result.stderr
+    assert f"refused {paths[1]}: not a PDF, TIFF, PNG or JPEG" in result.stderr
     assert sorted(r[0] for r in sql(app, "SELECT filename FROM documents")) == ["multi.tif", "photo.jpg"]
     assert {r[0] for r in sql(app, "SELECT added_via FROM documents")} == {"cli"}
     again = app.test_cli_runner().invoke(

@@ -26,6 +26,7 @@ import redis
 import requests
 import yaml
 
+from tests import scans
 from tests.conftest import free_port, unique
 from tests.fleet_helpers import pdf_project
 from tests.helpers import Api, body, db_rows, latest_revision, sql, values, wait_for
@@ -58,7 +59,7 @@ PROCFILE = _procfile()
 COMPOSE = _compose()
 # Procfile process type -> compose service running it.
 SERVICES = {"release": "migrate", "web": "web", "tasks": "tasks", "clock": "clock",
-            "fetcher": "fetcher"}
+            "fetcher": "fetcher", "consume": "consume"}
 _INTERPOLATION = re.compile(r"\$\{(\w+)(?::?([-?])([^}]*))?\}")
 
 
@@ -499,6 +500,28 @@ def test_clock_takes_the_lease_ticks_and_stops_promptly(spawn, master_env, datab
     assert took < 2, f"the clock took {took:.1f} s to stop after SIGTERM"
     wait_for(lambda: not _clock_sessions(database_url), timeout=5,
              what="the clock's lease session to end")
+
+
+# ------------------------------------------------------------------ consume
+
+
+def test_consume_turns_a_dropped_scan_into_a_document(spawn, master_env, app, client, admin_token,
+                                                      tmp_path):
+    """The Procfile's consume line with compose's environment (S3 store): a
+    scan dropped into the folder is archived in the store and registered."""
+    Api(client, admin_token).put_project("documents", kind="documents")
+    folder = tmp_path / "consume"
+    env = master_env("consume", FLEETHQ_CONSUME_DIR=str(folder))
+    assert env["FLEETHQ_CONSUME_PROJECT"] == "documents"
+    service = spawn(PROCFILE["consume"], env, "consume")
+    wait_for(lambda: (folder / "done").is_dir() or service.assert_running(), 60, "the consumer")
+    scans.scanned_pdf(tmp_path / "scan.pdf", [["lantern falcon"]])
+    os.rename(tmp_path / "scan.pdf", folder / "scan.pdf")
+    wait_for(lambda: (folder / "done" / "scan.pdf").exists() or service.assert_running(), 60,
+             f"the scan consumed\n{service.log()}")
+    (row,) = sql(app, "SELECT project_id, added_via FROM documents WHERE filename = 'scan.pdf'")
+    assert tuple(row) == ("documents", "consume")
+    assert_clean_stop(service, 20)
 
 
 # ------------------------------------------------------------------ web, last
