@@ -63,6 +63,26 @@ def test_fallback_worker_gets_a_job_only_after_it_waited_while_a_first_choice_wo
     assert float(waited) >= 3.0
 
 
+def test_a_fallback_worker_waits_only_for_first_choice_workers_that_serve_the_project(
+        app, client, api):
+    """A fresh first-choice worker that serves other projects (the demo
+    fetcher beside an OCR project) holds nothing back; one that says it
+    serves this project does; one that says nothing counts for every project."""
+    project = _project(api, fallback_after_seconds=600)
+    first, fallback = Node(client, app, name="first"), Node(client, app, name="fallback")
+    _tier(app, fallback, "fallback")
+    assert first.heartbeat(capacity=2, projects=["papers", "other"]).status_code == 200
+    assert api.enqueue(project, values(3)).status_code in (200, 201)
+    assert len(_claimed(fallback.claim(project))) == 1  # at once: nobody first serves it
+    assert first.heartbeat(capacity=2, projects=[project]).status_code == 200
+    time.sleep(1.1)  # the first-choice answer is cached for a second
+    assert _claimed(fallback.claim(project)) == []
+    assert first.heartbeat(capacity=2).status_code == 200  # an older worker: says nothing
+    time.sleep(1.1)
+    assert _claimed(fallback.claim(project)) == []
+    assert sql(app, "SELECT projects FROM fleet_nodes WHERE id = :n", n=first.node_id) == [(None,)]
+
+
 def test_a_first_choice_worker_is_never_held_back(app, client, api):
     project = _project(api, fallback_after_seconds=86400)
     first = Node(client, app)

@@ -301,6 +301,23 @@ def test_the_preference_for_a_new_worker_ends_once_the_retry_has_waited(app, cli
     assert retry["job_id"] == job["job_id"] and retry["attempt_id"] != job["attempt_id"]
 
 
+def test_a_retry_is_not_held_back_for_a_worker_that_serves_other_projects(app, client, api):
+    """B is fresh but its heartbeat says it serves only another project (a
+    fetch node beside an OCR node): A, which tried the job, retries at once."""
+    pdf_project(api, "papers", retry_backoff_seconds=0)
+    enqueue(api, "papers", papers(1))
+    a, b = live_node(client, app, name="a"), live_node(client, app, name="b")
+    assert b.heartbeat(projects=["other"]).status_code == 200
+    [job] = claimed(a.claim("papers"), 1)
+    item_results(a.fail("papers", job, retryable=True, code="network"))
+    [retry] = claimed(a.claim("papers"), 1)
+    assert retry["job_id"] == job["job_id"] and retry["attempt_id"] != job["attempt_id"]
+    # Once B says it serves this project too, the preference holds again.
+    item_results(a.fail("papers", retry, retryable=True, code="network"))
+    assert b.heartbeat(projects=["other", "papers"]).status_code == 200
+    assert claimed(a.claim("papers"), 0) == []
+
+
 @pytest.mark.parametrize("how_b_is_gone", ["heartbeat aged out", "draining", "revoked", "pending"])
 def test_a_lone_worker_may_retry_its_own_failure(app, client, api, how_b_is_gone):
     pdf_project(api, "papers", retry_backoff_seconds=0)

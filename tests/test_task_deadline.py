@@ -202,3 +202,49 @@ def test_migration_0011_frees_waiting_jobs_of_their_enqueue_deadline(scratch_dat
             db.engine.dispose()
     assert rows == {"waiting": False, "retrying": True, "running": True, "expired": True}
     assert caps == {"pdf": 3, "gen": None}
+
+
+def test_a_job_whose_worker_went_away_waits_with_its_budget_paused(app, client, admin_token):
+    """A host that sleeps holding a job: its lease runs out, the job goes back
+    to the queue with what was left of its task budget, and waiting there,
+    longer than the whole budget, never fails it. The next claim starts the
+    deadline from what was left."""
+    api = Api(client, admin_token)
+    pdf_project(api, "papers", retry_backoff_seconds=0, prefer_new_worker=False)
+    shorten_task_timeout(app, "papers", 3)
+    api.enqueue("papers", papers(1))
+    node = Node(client, app)
+    assert node.heartbeat().status_code == 200
+    [job] = body(node.claim("papers", lease_seconds=1))["jobs"]
+    [(claimed_at,)] = sql(app, "SELECT created_at FROM attempts")
+    wait_past(app, "the lease", "SELECT lease_expires_at FROM attempts")
+    [(state, deadline, left)] = sql(app, "SELECT state, deadline_at, work_left_s FROM jobs")
+    assert (state, deadline) == ("todo", None) and 1 < left < 2.5
+    # Past the moment the whole budget would have run out: still waiting.
+    wait_past(app, "the old task deadline", "SELECT CAST(:t AS timestamptz) + interval '4 seconds'",
+              t=claimed_at)
+    assert sql(app, "SELECT state FROM jobs") == [("todo",)]
+    assert node.heartbeat().status_code == 200
+    [again] = body(node.claim("papers"))["jobs"]
+    [(span,)] = sql(app, "SELECT extract(epoch FROM j.deadline_at - a.created_at) FROM jobs j "
+                         "JOIN attempts a ON a.id = j.current_attempt_id")
+    assert 1 < float(span) < 2.5 and again["job_id"] == job["job_id"]
+
+
+def test_an_ocr_run_gets_more_time_for_more_pages(app, client, admin_token):
+    """Jobs naming their page count (OCR runs: attr.pages) get PAGE_SECONDS a
+    page on top of the attempt and task budgets; a non-numeric pages counts
+    for nothing and breaks no claim."""
+    from app.projects.states import PAGE_SECONDS
+    api = Api(client, admin_token)
+    api.put_project("ocr", task_timeout_seconds=600, attempt_timeout_seconds=360)
+    api.enqueue("ocr", [{"id": "big", "value": "a", "attr": {"pages": 40}},
+                        {"id": "odd", "value": "b", "attr": {"pages": "many"}},
+                        {"id": "plain", "value": "c"}])
+    body(api.claim("ocr", max_jobs=3, lease_seconds=3600))
+    spans = dict(sql(app, "SELECT j.ext_id, ARRAY[extract(epoch FROM j.deadline_at - a.created_at), "
+                          "extract(epoch FROM a.deadline_at - a.created_at)] FROM jobs j "
+                          "JOIN attempts a ON a.id = j.current_attempt_id"))
+    assert [float(x) for x in spans["big"]] == [600 + 40 * PAGE_SECONDS, 360 + 40 * PAGE_SECONDS]
+    assert [float(x) for x in spans["odd"]] == [600, 360]
+    assert [float(x) for x in spans["plain"]] == [600, 360]

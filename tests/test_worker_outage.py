@@ -123,3 +123,20 @@ def test_ready_files_past_their_retention_are_dropped_with_a_log_line(fleet, pub
     wait_for(lambda: worker.files() == [], 15, f"the file dropped: {worker.files()}")
     assert "without an archive receipt (limit 7 s)" in worker.output()
     assert worker.terminate() == 0
+
+
+def test_a_worker_newer_than_its_master_leaves_the_projects_out_of_its_heartbeats(
+        app, fleet, publisher, master):
+    """A master from before heartbeats carried ``projects`` refuses the field:
+    the worker says once why it leaves it out, and works as an older worker."""
+    master.older_heartbeats = True
+    values = [p.value for p in publisher.papers(2)]
+    project = fleet.project()
+    fleet.enqueue(project, values)
+    worker = fleet.worker(project)
+    counts = fleet.wait_settled(project, len(values), timeout=120, proc=worker)
+    assert counts["done"] == len(values), worker.output()[-4000:]
+    assert master.heartbeats_with_projects == 1
+    assert worker.output().count("the master does not take a heartbeat's projects") == 1
+    assert "first heartbeat failed" not in worker.output()
+    assert worker.terminate() == 0

@@ -27,8 +27,23 @@ class Master:
         self.refuse_uploads: tuple | None = None  # (status, code): answer uploads so
         self.upload_started = threading.Event()
         self.lose_register_answers = 0            # register, then answer 502 instead of 201
+        self.older_heartbeats = False             # refuse a heartbeat's projects, as before 0018
+        self.heartbeats_with_projects = 0
 
     def __call__(self, environ, start_response):
+        if environ["PATH_INFO"] == "/api/v1/fleet/heartbeat":
+            import io
+            raw = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+            environ["wsgi.input"] = io.BytesIO(raw)
+            if "projects" in json.loads(raw or b"{}"):
+                self.heartbeats_with_projects += 1
+                if self.older_heartbeats:
+                    body = json.dumps({"error": {
+                        "code": "invalid_request", "message": "projects: unknown field",
+                        "retryable": False, "retry_after_ms": 0, "details": {"field": "projects"}}}).encode()
+                    start_response("400 Bad Request", [("Content-Type", "application/json"),
+                                                       ("Content-Length", str(len(body)))])
+                    return [body]
         if self.lose_register_answers and environ["PATH_INFO"] == "/api/v1/fleet/register":
             self.lose_register_answers -= 1
             list(self.app(environ, lambda *a, **k: None))   # the master registers the node...

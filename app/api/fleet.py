@@ -42,6 +42,9 @@ HEARTBEAT = {
     "last_error": v.Optional(v.string(2048, nullable=True)),
     "running_attempt_ids": v.list_of(v.identifier, 0, 128),
     "worker_id": v.Optional(v.identifier.describe("token workers only; a node is its own id")),
+    "projects": v.Optional(v.list_of(v.identifier, 0, 64).describe(
+        "the projects this worker claims from: a fallback worker then waits only for "
+        "first-choice workers that serve the project (omitted: counted for every project)")),
 }
 
 # Response bodies.

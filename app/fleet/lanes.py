@@ -3,7 +3,8 @@
 Every worker (enrolled node or token worker) has a tier. A ``first`` worker
 is offered every job; a ``fallback`` worker only a job that has waited the
 project's ``fallback_after_seconds``, or any job while no first-choice worker
-could take it (none with a fresh heartbeat and a free slot). The master's own
+could take it (none that serves the project — by its heartbeat's
+``projects`` — with a fresh heartbeat and a free slot). The master's own
 fetcher (``flask fleet local-worker``) is a node marked ``local``; the
 master-wide remote switch (``master_settings`` row ``remote``) stops every
 other worker's new claims at once and leaves the local lane running.
@@ -112,6 +113,7 @@ SELECT EXISTS (
     SELECT 1 FROM fleet_nodes n, switch
     WHERE n.tier = 'first' AND n.status = 'active' AND (n.local OR switch.remote_on)
       AND n.last_heartbeat_at > now() - make_interval(secs => :stale_s)
+      AND (n.projects IS NULL OR :p = ANY(n.projects))
       AND (SELECT count(*) FROM jobs j WHERE j.project_id = :p AND {holds_slot('j')}
            AND j.worker_id = n.id AND j.worker_owner IS NULL)
           < LEAST(n.capacity, CAST(:cap AS int))
@@ -119,6 +121,7 @@ SELECT EXISTS (
     SELECT 1 FROM token_workers t, switch
     WHERE t.tier = 'first' AND t.status = 'active' AND switch.remote_on
       AND t.last_heartbeat_at > now() - make_interval(secs => :stale_s)
+      AND (t.projects IS NULL OR :p = ANY(t.projects))
       AND (SELECT count(*) FROM jobs j WHERE j.project_id = :p AND {holds_slot('j')}
            AND j.worker_id = t.worker_id AND j.worker_owner = t.user_id)
           < LEAST(t.capacity, CAST(:cap AS int))

@@ -8,6 +8,7 @@ revoked the same way.
 from __future__ import annotations
 
 from sqlalchemy import BigInteger, Boolean, CheckConstraint, DateTime, Integer, String, Text, func, text
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
@@ -40,6 +41,10 @@ class _Heartbeat:
     spool_bytes = mapped_column(BigInteger)
     last_error = mapped_column(Text)
     tier: Mapped[str] = mapped_column(Text, nullable=False, server_default="first")
+    # The projects its last heartbeat said it serves (NULL: an older worker
+    # that does not say); a fallback worker waits only for first-choice
+    # workers that serve the project.
+    projects = mapped_column(ARRAY(Text))
 
 
 class FleetNode(_Heartbeat, db.Model):

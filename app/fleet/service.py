@@ -210,19 +210,21 @@ def heartbeat(worker, body: dict, lease_seconds: int) -> dict:
     from app.projects import leasing
     params = {"cap": body["capacity"], "b": body["browser_ok"], "d": body["disk_free_bytes"],
               "s": body["spool_bytes"], "e": body.get("last_error"), "w": worker.worker_id,
-              "u": worker.owner}
+              "u": worker.owner, "pr": body.get("projects")}
     if worker.owner is None:
         status = db.session.execute(text(
             "UPDATE fleet_nodes SET last_heartbeat_at = now(), capacity = :cap, browser_ok = :b, "
-            "disk_free_bytes = :d, spool_bytes = :s, last_error = :e WHERE id = :w RETURNING status"),
+            "disk_free_bytes = :d, spool_bytes = :s, last_error = :e, projects = :pr "
+            "WHERE id = :w RETURNING status"),
             params).scalar()
     else:
         status = db.session.execute(text(
             "INSERT INTO token_workers (user_id, worker_id, last_heartbeat_at, capacity, browser_ok, "
-            "disk_free_bytes, spool_bytes, last_error) VALUES (:u, :w, now(), :cap, :b, :d, :s, :e) "
+            "disk_free_bytes, spool_bytes, last_error, projects) "
+            "VALUES (:u, :w, now(), :cap, :b, :d, :s, :e, :pr) "
             "ON CONFLICT (user_id, worker_id) DO UPDATE SET last_heartbeat_at = now(), "
             "last_seen_at = now(), capacity = :cap, browser_ok = :b, disk_free_bytes = :d, "
-            "spool_bytes = :s, last_error = :e RETURNING status"), params).scalar()
+            "spool_bytes = :s, last_error = :e, projects = :pr RETURNING status"), params).scalar()
     db.session.commit()
     ids = [int(a) for a in body["running_attempt_ids"] if a.isascii() and a.isdigit() and len(a) <= 18]
     leases = leasing.renew_for_heartbeat(worker, ids, lease_seconds) if status != "revoked" else {}

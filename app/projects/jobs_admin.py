@@ -196,7 +196,7 @@ def requeue(project_id: str, job_id: int, *, reason: str | None = None) -> None:
     """
     row = db.session.execute(text(
         "UPDATE jobs SET state = 'todo', resets = 0, not_before = now(), updated_at = now(), "
-        "lease_expires_at = NULL, last_error = NULL, deadline_at = NULL "
+        "lease_expires_at = NULL, last_error = NULL, deadline_at = NULL, work_left_s = NULL "
         "WHERE id = :id AND project_id = :p AND state IN ('failed', 'reset_exhausted') "
         "RETURNING id"), {"id": job_id, "p": project_id}).first()
     tried = _tried_out(project_id, job_id) if row is not None else None
@@ -248,7 +248,7 @@ def delete(project_id: str, job_id: int, *, reason: str | None = None) -> None:
 # they are (the caller counts them as skipped). Caller's transaction.
 _REQUEUE_MANY = f"""
 UPDATE jobs SET state = 'todo', resets = 0, not_before = now(), updated_at = now(),
-       lease_expires_at = NULL, last_error = NULL, deadline_at = NULL
+       lease_expires_at = NULL, last_error = NULL, deadline_at = NULL, work_left_s = NULL
 WHERE id = ANY(:ids) AND state IN ('failed', 'reset_exhausted')
   AND NOT EXISTS (SELECT 1 FROM projects p WHERE p.id = jobs.project_id
                   AND p.max_worker_attempts IS NOT NULL

@@ -48,7 +48,7 @@ class ClaimResult:
 
 _CLAIM_SQL = """
 WITH {fresh_cte} picked AS (
-    SELECT id, {deadline} AS deadline_at FROM jobs
+    SELECT id, {deadline} AS deadline_at, {allowance} AS allowance FROM jobs
     WHERE project_id = :p AND state = 'todo' AND not_before <= now()
       AND (deadline_at IS NULL OR deadline_at > now()) {type_filter} {prefer_filter} {pdf_filter}
       AND {worker_allowed} {lane_filter}
@@ -59,8 +59,8 @@ WITH {fresh_cte} picked AS (
     INSERT INTO attempts (job_id, project_id, worker_id, worker_owner, state, lease_expires_at, deadline_at)
     SELECT id, :p, :w, :o, 'running',
            LEAST(now() + make_interval(secs => :lease), deadline_at,
-                 now() + make_interval(secs => CAST(:attempt_timeout AS int))),
-           LEAST(deadline_at, now() + make_interval(secs => CAST(:attempt_timeout AS int)))
+                 now() + make_interval(secs => CAST(:attempt_timeout AS int) + allowance)),
+           LEAST(deadline_at, now() + make_interval(secs => CAST(:attempt_timeout AS int) + allowance))
     FROM picked
     RETURNING id, job_id, lease_expires_at
 )
@@ -75,13 +75,18 @@ RETURNING j.id, j.ext_id, j.value, j.type, j.via, j.hops, j.attr, att.id,
 _ORDERS = {"fifo": "created_at, id", "random": "random_key, id"}
 
 # prefer_new_worker: workers that could take a retry right now (approved or
-# active token workers with a heartbeat younger than one node lease).
+# active token workers with a heartbeat younger than one node lease) and
+# serve this project (by their heartbeat's projects; one that does not say
+# counts for every project): a retry is never held back for a worker that
+# would not take it.
 _FRESH_WORKERS = """fresh AS (
     SELECT id AS worker_id, NULL::text AS owner FROM fleet_nodes
     WHERE status = 'active' AND last_heartbeat_at > now() - make_interval(secs => :fresh_s)
+      AND (projects IS NULL OR :p = ANY(projects))
     UNION ALL
     SELECT worker_id, user_id FROM token_workers
     WHERE status = 'active' AND last_heartbeat_at > now() - make_interval(secs => :fresh_s)
+      AND (projects IS NULL OR :p = ANY(projects))
 ),"""
 
 # A retry skips a worker that already tried the job while some other fresh
@@ -148,7 +153,8 @@ def _claim_sql(order: str, accept_types: tuple[str, ...], prefer_new_worker: boo
                              prefer_filter=_PREFER_NEW if prefer_new_worker else "",
                              pdf_filter=_WORKER_CAP if worker_cap else "",
                              worker_allowed=_WORKER_ALLOWED, lane_filter=lane_filter,
-                             deadline=states.first_claim_deadline(":task_timeout"))
+                             deadline=states.first_claim_deadline(":task_timeout"),
+                             allowance=states.page_allowance())
 
 
 def _wire_job(row) -> dict:
@@ -274,8 +280,10 @@ _RELEASE_SQL = f"""
 WITH released AS (
     UPDATE jobs j SET state = 'todo', lease_expires_at = NULL,
         attempts_count = GREATEST(j.attempts_count - 1, 0), updated_at = now(),
-        -- a first claim nobody received starts no task deadline
-        deadline_at = CASE WHEN j.attempts_count <= 1 THEN NULL ELSE j.deadline_at END
+        -- a first claim nobody received starts no task deadline; a later
+        -- one keeps what was left of it, paused like an expiry's
+        work_left_s = CASE WHEN j.attempts_count <= 1 THEN NULL ELSE {states._WORK_LEFT} END,
+        deadline_at = NULL
     FROM attempts a
     WHERE a.id = ANY(:ids) AND j.id = a.job_id AND j.current_attempt_id = a.id
       AND j.state = 'wip' AND a.state = 'running'
@@ -330,7 +338,7 @@ WITH expired AS (
     FOR UPDATE SKIP LOCKED
 ), upd AS (
     UPDATE jobs j SET
-        {states.retry_set('p.max_resets', 'p.retry_backoff_seconds')},
+        {states.expiry_set('p.max_resets', 'p.retry_backoff_seconds')},
         last_error = CASE WHEN {states.DEADLINE_PASSED} THEN {states.TIMEOUT_ERROR}
             ELSE jsonb_build_object('code', 'lease_expired', 'message', 'the lease ran out') END,
         updated_at = now()
@@ -395,7 +403,7 @@ def sweep(limit: int = 5000) -> dict:
 
 # -------------------------------------------------------------- revocation
 
-_CANCEL_SQL = """
+_CANCEL_SQL = f"""
 WITH target AS (
     SELECT id, current_attempt_id FROM jobs
     WHERE state = 'wip' AND worker_id = :w AND worker_owner IS NOT DISTINCT FROM :o
@@ -406,7 +414,8 @@ WITH target AS (
     RETURNING a.id, a.job_id
 )
 UPDATE jobs j SET state = 'todo', lease_expires_at = NULL, not_before = now(), updated_at = now(),
-    last_error = jsonb_build_object('code', 'cancelled', 'message', 'worker revoked')
+    last_error = jsonb_build_object('code', 'cancelled', 'message', 'worker revoked'),
+    {states.PAUSE_BUDGET}
 FROM att WHERE j.id = att.job_id AND j.current_attempt_id = att.id AND j.state = 'wip'
 RETURNING j.project_id, att.id
 """

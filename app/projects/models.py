@@ -125,6 +125,9 @@ class Job(db.Model):
     updated_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
     not_before = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
     deadline_at = mapped_column(DateTime(timezone=True))
+    # What was left of the task budget when its worker went away (the budget
+    # pauses while the job waits; states.first_claim_deadline).
+    work_left_s = mapped_column(Double)
     current_attempt_id = mapped_column(BigInteger)
     worker_id = mapped_column(Text)
     worker_owner = mapped_column(Text)

@@ -37,8 +37,10 @@ HELP = {
                            "(pdf default 3)",
     "task_timeout_seconds": "deadline of the whole job in seconds (null or >= 60), counted from "
                             "its first claim, not from enqueue: a job waiting in the queue never "
-                            "expires, and its retries keep the deadline the first claim set "
-                            "(pdf default 900)",
+                            "expires, and its retries keep the deadline the first claim set; a "
+                            "job whose worker went away (its lease ran out) waits with the "
+                            "rest of it paused; jobs naming attr.pages (OCR runs) get 30 s more "
+                            "a page (pdf default 900, documents none)",
     "fallback_after_seconds": "seconds a claimable job waits before a fallback-tier worker may "
                               "take it while a first-choice worker has free capacity (0..86400, "
                               "default 60)",

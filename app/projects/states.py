@@ -109,8 +109,44 @@ def holds_slot(job: str) -> str:
             f"AND ({job}.state = 'staged' OR {job}.lease_expires_at > now())")
 
 
+# OCR runs (derived jobs, documents) name their page count in attr.pages;
+# their attempt and task budgets grow by PAGE_SECONDS a page, as the OCR
+# worker's own time limit does (workers/ocr/limits.py). Any other attr.pages
+# that is not a number counts for nothing.
+PAGE_SECONDS = 30
+MAX_BUDGET_PAGES = 100_000
+
+
+def page_allowance(attr: str = "attr") -> str:
+    """Seconds a job's page count adds to its budgets (double precision)."""
+    return (f"(CASE WHEN jsonb_typeof({attr} -> 'pages') = 'number' THEN CAST(LEAST(GREATEST("
+            f"CAST({attr} ->> 'pages' AS numeric), 0), {MAX_BUDGET_PAGES}) * {PAGE_SECONDS} "
+            "AS double precision) ELSE 0.0 END)")
+
+
 def first_claim_deadline(task_timeout: str) -> str:
-    """The task deadline a claim gives a job: the one its first claim set, or
-    ``task_timeout`` from now (NULL without a timeout). Waiting in the queue
-    never counts, so a backlog of any size waits safely."""
-    return f"COALESCE(deadline_at, now() + make_interval(secs => CAST({task_timeout} AS int)))"
+    """The task deadline a claim gives a job: the one it holds, or from now
+    what is left of its budget (``work_left_s``, kept while a job whose
+    worker went away waited in the queue), else ``task_timeout`` plus its
+    page allowance (NULL without a timeout). Waiting in the queue never
+    counts, so a backlog of any size waits safely."""
+    return (f"CASE WHEN deadline_at IS NOT NULL THEN deadline_at "
+            f"WHEN CAST({task_timeout} AS int) IS NULL THEN NULL "
+            f"ELSE now() + make_interval(secs => COALESCE(work_left_s, "
+            f"CAST({task_timeout} AS int) + {page_allowance()})) END")
+
+
+# A job whose lease ran out (its worker went away: a host asleep, a crash)
+# goes back to the queue with what is left of its task budget, and no
+# deadline runs while it waits: it never fails because nobody worked on it.
+# A reported retryable failure keeps its deadline running (backoff counts).
+_WORK_LEFT = ("CASE WHEN j.deadline_at IS NULL THEN j.work_left_s "
+              "ELSE GREATEST(0.0, extract(epoch FROM j.deadline_at - now())) END")
+# (A job whose deadline has passed fails for it and keeps the deadline it had.)
+PAUSE_BUDGET = (f"work_left_s = CASE WHEN {DEADLINE_PASSED} THEN j.work_left_s ELSE {_WORK_LEFT} END, "
+                f"deadline_at = CASE WHEN {DEADLINE_PASSED} THEN j.deadline_at END")
+
+
+def expiry_set(max_resets: str, backoff_base: str) -> str:
+    """:func:`retry_set` for a lease that ran out: the budget pauses."""
+    return f"{retry_set(max_resets, backoff_base)}, {PAUSE_BUDGET}"

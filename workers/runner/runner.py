@@ -70,6 +70,9 @@ class Runner:
         # binary or language pack): it stops claiming and says why on its
         # heartbeat, instead of burning every job's retries.
         self.broken: str | None = None
+        # Heartbeats list the projects served (the master then counts this
+        # worker only for them); off after an older master refused the field.
+        self.says_projects = True
         configs = fetch_configs(settings, settings.client_version)
         self._fetch_cfg = configs[1] or configs[0]
         if settings.task == "ocr":
@@ -164,11 +167,23 @@ class Runner:
             fetching = list(self.active)
         holding = [e["attempt_id"] for e in self.journal.entries("ready", "uploaded")]
         running = (fetching + [a for a in holding if a not in fetching])[:MAX_RUNNING_IDS]
-        _, answer = self.master.call("POST", "/api/v1/fleet/heartbeat", timeout=30, body={
-            "capacity": 0 if self.broken else self.settings.concurrency,
-            "browser_ok": self.browser_ok(),
-            "disk_free_bytes": self.volume.disk_free(), "spool_bytes": self.spool_bytes(),
-            "last_error": self.last_error(), "running_attempt_ids": running})
+        body = {"capacity": 0 if self.broken else self.settings.concurrency,
+                "browser_ok": self.browser_ok(),
+                "disk_free_bytes": self.volume.disk_free(), "spool_bytes": self.spool_bytes(),
+                "last_error": self.last_error(), "running_attempt_ids": running}
+        if self.says_projects:
+            body["projects"] = list(self.settings.projects)[:64]
+        try:
+            _, answer = self.master.call("POST", "/api/v1/fleet/heartbeat", timeout=30, body=body)
+        except MasterError as exc:
+            if not (self.says_projects and exc.status == 400 and exc.message.startswith("projects:")):
+                raise
+            # A master older than this worker does not know the field: say
+            # nothing of the projects from now on, as older workers do.
+            log.info("the master does not take a heartbeat's projects; leaving them out")
+            self.says_projects = False
+            _, answer = self.master.call("POST", "/api/v1/fleet/heartbeat", timeout=30,
+                                         body={k: v for k, v in body.items() if k != "projects"})
         self.last_heartbeat_ok = time.monotonic()
         if answer.get("status") != self.status:
             log.info("node status: %s", answer.get("status"))
@@ -273,7 +288,8 @@ class Runner:
                 raise
             except MasterError as exc:
                 tries += 1
-                delay = RETRY.pause(tries, exc.retry_after_s) or exc.retry_after_s
+                # A refusal carries no pause (0): back off, never spin.
+                delay = RETRY.pause(tries, exc.retry_after_s or None) or exc.retry_after_s
                 log.warning("first heartbeat failed: %s; retrying in %.1f s", exc, delay)
                 if self.stop.wait(delay):
                     return
