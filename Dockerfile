@@ -15,13 +15,18 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /srv/fleethq
 
 # WITH_FETCHER=true: the image of the local fetcher (flask fleet local-worker),
-# which runs the worker program too: Debian's Chromium and the worker extras.
+# which runs the worker program too: Debian's Chromium and the worker extras,
+# and Tesseract with the orientation pack and the language packs in
+# OCR_LANGUAGES (the languages the OCR profiles name: the local lane of a
+# split OCR setup, ``-- --task ocr``, reads them; docs/documents.md).
 ARG WITH_FETCHER=false
+ARG OCR_LANGUAGES="eng pol"
 ENV PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 \
     FLEETHQ_CHROMIUM=/usr/bin/chromium
 RUN if [ "$WITH_FETCHER" = "true" ]; then \
         apt-get update \
         && apt-get install -y --no-install-recommends chromium fonts-liberation ca-certificates \
+            tesseract-ocr tesseract-ocr-osd $(for lang in $OCR_LANGUAGES; do echo "tesseract-ocr-$lang"; done) \
         && rm -rf /var/lib/apt/lists/*; \
     fi
 

@@ -96,3 +96,28 @@ def consume(folder, project_id, polling_s, once):
                f"({'every %s s' % polling if polling else 'inotify'}); top-level files go to "
                f"{project or 'no project (set FLEETHQ_CONSUME_PROJECT)'}", err=True)
     watched.run(stop, polling_s=polling)
+
+
+@fleet.command("reindex")
+@click.option("--batch", default=100, show_default=True, type=click.IntRange(1, 1000),
+              help="Papers and documents read and indexed per transaction.")
+def reindex(batch):
+    """Rebuild the text index from the archived PDFs: every OCRed or indexed
+    paper and document, read again from the PDF its text came from. A line of
+    progress per batch on standard error; exit status 1 if any PDF could not
+    be read (each is named)."""
+    from flask import current_app
+
+    from app.search import reindex as rebuild
+    from app.storage import shared_store
+
+    def report(progress):
+        click.echo(f"reindex: {progress.done + len(progress.failed)}/{progress.total} read, "
+                   f"{progress.pages} pages indexed, {len(progress.failed)} failed", err=True)
+    progress = rebuild.run(shared_store(current_app.config), batch=batch, report=report)
+    for key, why in progress.failed:
+        click.echo(f"not reindexed {key}: {why}", err=True)
+    click.echo(f"reindexed {progress.done} of {progress.total} papers and documents, "
+               f"{progress.pages} pages")
+    if progress.failed:
+        sys.exit(1)

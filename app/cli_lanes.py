@@ -47,11 +47,17 @@ def remote(state):
         _emit(lanes.set_remote(state == "on", actor="cli"))
 
 
-def _default_master_url() -> str:
-    # The web process on this host: FLEETHQ_BIND's port (else PORT, else 8400).
+def _default_master_url(data_dir: str) -> str:
+    # The web process on this host: FLEETHQ_BIND's port (else PORT), else the
+    # make dev stack running in this data directory (FLEETHQ_PORT), else 8400.
     bind = os.environ.get("FLEETHQ_BIND", "")
-    port = bind.rsplit(":", 1)[-1] if ":" in bind else os.environ.get("PORT") or "8400"
-    return f"http://127.0.0.1:{port}"
+    port = bind.rsplit(":", 1)[-1] if ":" in bind else os.environ.get("PORT")
+    if port is None:
+        from app import devstate
+        found = devstate.web_url(data_dir)
+        if found:
+            return found
+    return f"http://127.0.0.1:{port or 8400}"
 
 
 @fleet.command("local-worker", context_settings={"ignore_unknown_options": True})
@@ -64,7 +70,8 @@ def _default_master_url() -> str:
               envvar="FLEETHQ_FETCHER_VOLUME",
               help="The fetcher's own volume (identity, journal, PDFs); default DATA_DIR/fetcher.")
 @click.option("--master-url", default=None, envvar="FLEETHQ_FETCHER_MASTER_URL",
-              help="The master over loopback; default http://127.0.0.1:<FLEETHQ_BIND port>.")
+              help="The master over loopback; default http://127.0.0.1:<FLEETHQ_BIND port>, "
+                   "else the make dev stack of this data directory.")
 @click.option("--name", default="local-fetcher", show_default=True, help="The node's display name.")
 @click.argument("worker_args", nargs=-1, type=click.UNPROCESSED)
 def local_worker(tier, concurrency, volume, master_url, name, worker_args):
@@ -81,7 +88,7 @@ def local_worker(tier, concurrency, volume, master_url, name, worker_args):
     from app.fleet import lanes
     from workers.runner.volume import Identity, Volume, VolumeError
     root = Path(volume or Path(current_app.config["DATA_DIR"]) / "fetcher")
-    master_url = master_url or _default_master_url()
+    master_url = master_url or _default_master_url(current_app.config["DATA_DIR"])
     store = Volume(root)
     try:
         store.open()  # the lock: one fetcher per volume

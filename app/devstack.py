@@ -80,7 +80,7 @@ def run(args) -> int:
         # Lets `flask --app wsgi fleet …` in another shell find this stack,
         # and seal machine tokens under the same key as its web processes.
         devstate.write(var, database_url=services["DATABASE_URL"], redis_url=services["REDIS_URL"],
-                       secret_key_file=key_file)
+                       secret_key_file=key_file, web_url=f"http://127.0.0.1:{port}")
         env.setdefault("FLEETHQ_LOG_JSON", "false")  # readable lines in a terminal
 
         stack.run_step("migrate", [py, "-m", "flask", "--app", "wsgi", "db", "upgrade"], env)

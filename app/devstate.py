@@ -18,14 +18,14 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-__all__ = ["STATE_FILE", "live_urls", "remove", "write"]
+__all__ = ["STATE_FILE", "live_urls", "remove", "web_url", "write"]
 
 STATE_FILE = "devstack.json"
 _PROBE_TIMEOUT_S = 0.5
 
 
 def write(data_dir: str | os.PathLike, *, database_url: str, redis_url: str,
-          secret_key_file: str | None = None) -> Path:
+          secret_key_file: str | None = None, web_url: str | None = None) -> Path:
     """Record this process's stack (replacing a stale record)."""
     path = Path(data_dir) / STATE_FILE
     temporary = path.with_name(f".{STATE_FILE}.{os.getpid()}")
@@ -33,7 +33,7 @@ def write(data_dir: str | os.PathLike, *, database_url: str, redis_url: str,
     with os.fdopen(fd, "w") as fh:
         json.dump({"pid": os.getpid(), "started_at": int(time.time()),
                    "database_url": database_url, "redis_url": redis_url,
-                   "secret_key_file": secret_key_file}, fh)
+                   "secret_key_file": secret_key_file, "web_url": web_url}, fh)
         fh.write("\n")
     os.replace(temporary, path)
     return path
@@ -64,6 +64,16 @@ def live_urls(data_dir: str | os.PathLike) -> dict[str, str]:
     if isinstance(redis_url, str) and _answers(redis_url, default_port=6379):
         found["REDIS_URL"] = redis_url
     return found
+
+
+def web_url(data_dir: str | os.PathLike) -> str | None:
+    """The web address of a live ``make dev`` stack in ``data_dir`` (its
+    FLEETHQ_PORT, not always 8400), or None."""
+    state = _read(Path(data_dir) / STATE_FILE)
+    url = state.get("web_url") if state else None
+    if not isinstance(url, str) or not _answers(url, default_port=80):
+        return None
+    return url
 
 
 def _read(path: Path) -> dict | None:

@@ -658,6 +658,23 @@ def test_hooks_consumers_deliveries_and_retry(pages, api, app):
     assert pages.get("/admin/hooks?state=bogus").status_code == 303
 
 
+def test_hooks_page_adds_a_derive_consumer(pages, api, app):
+    api.put_project("papers", kind="pdf", identity_mode="unique_value")
+    api.put_project("papers-ocr", kind="pdf", identity_mode="unique_value")
+    page = pages.text("/admin/hooks")
+    assert 'id="add-derive-consumer"' in page
+    message, page = pages.act("/admin/hooks/derive", {
+        "project_id": "papers", "name": "ocr", "target_project": "papers-ocr", "languages": "eng+pol"})
+    assert message == ("Derive consumer ocr added: every archived asset of papers becomes a job in "
+                       "papers-ocr.")
+    assert "derive: jobs into papers-ocr (ocr, eng+pol)" in page
+    (row,) = sql(app, "SELECT kind, url, target_project_id, profile FROM hook_consumers")
+    assert tuple(row) == ("derive", None, "papers-ocr", {"name": "ocr", "languages": "eng+pol"})
+    message, _ = pages.act("/admin/hooks/derive", {"project_id": "papers", "name": "self",
+                                                  "target_project": "papers"}, expect="error")
+    assert "another project" in message
+
+
 def test_worker_id_search_finds_its_user(pages, api, make_user):
     """SavewebHQ's worker search: the user a worker id was last seen with."""
     api.put_project("p")

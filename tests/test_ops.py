@@ -587,3 +587,25 @@ def test_spool_fill_is_a_gauge_against_its_quota(app, client, monkeypatch):
         db.session.rollback()
         db.session.remove()
     assert value(_metrics(client), "fleethq_spool_reserved_bytes") == 700
+
+
+def test_local_worker_finds_the_make_dev_stack_it_runs_beside(tmp_path, monkeypatch):
+    """``flask fleet local-worker`` without FLEETHQ_BIND aims at the web
+    address the make dev stack of its data directory recorded (FLEETHQ_PORT),
+    not 8400; with no live stack there, at 8400."""
+    import socket
+
+    from app import devstate
+    from app.cli_lanes import _default_master_url
+    monkeypatch.delenv("FLEETHQ_BIND", raising=False)
+    monkeypatch.delenv("PORT", raising=False)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        devstate.write(tmp_path, database_url="postgresql://127.0.0.1:1/x", redis_url="redis://127.0.0.1:1",
+                       web_url=f"http://127.0.0.1:{port}")
+        assert _default_master_url(str(tmp_path)) == f"http://127.0.0.1:{port}"
+    assert _default_master_url(str(tmp_path)) == "http://127.0.0.1:8400"  # nothing answers there now
+    monkeypatch.setenv("FLEETHQ_BIND", "0.0.0.0:9123")
+    assert _default_master_url(str(tmp_path)) == "http://127.0.0.1:9123"

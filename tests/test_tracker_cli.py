@@ -345,6 +345,7 @@ DATABASE_COMMANDS = {
     "local-worker": ["--volume", "{volume}"],
     "audit": [],
     "documents": ["add", "--project", "p", "{source}"],
+    "reindex": [],
 }
 NO_DATABASE_COMMANDS = {"web-keygen"}
 

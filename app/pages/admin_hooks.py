@@ -34,11 +34,12 @@ def hooks():
         project, state = _filters(project_ids)
     except InvalidRequest as exc:
         return refuse(exc.message, "admin.hooks")
+    pdf_ids = [p["id"] for p in service.list_summaries() if p["kind"] == "pdf"]
     shown = [project] if project else project_ids
     listed = {p: consumers.list_for(p) for p in shown}
     progress = backfill.progress([int(c["consumer_id"]) for rows in listed.values() for c in rows])
     return render_template(
-        "admin/hooks.html", project_ids=project_ids, project=project, state=state,
+        "admin/hooks.html", project_ids=project_ids, pdf_ids=pdf_ids, project=project, state=state,
         states=DELIVERY_STATES, consumers=listed, progress=progress,
         timeout_bounds=COMPLETION_TIMEOUT_BOUNDS_S, timeout_default=COMPLETION_TIMEOUT_DEFAULT_S,
         deliveries=deliveries.list_deliveries(project_id=project, state=state, limit=DELIVERY_ROWS),
@@ -80,6 +81,24 @@ def add_consumer():
         return refuse(explain(exc), "admin.hooks", **_back())
     # The consumer verifies signatures with this secret: show it once.
     return shown_once("admin/hook_secret.html", consumer=consumer)
+
+
+@bp.post("/hooks/derive")
+def add_derive_consumer():
+    """A derive consumer: every archived asset of the project becomes a job
+    (an OCR run, say) in the target pdf project; it has no URL and no secret."""
+    project_id = request.form.get("project_id", "")
+
+    def create():
+        service.get(project_id)
+        return consumers.create(project_id, request.form.get("name", "").strip(), kind="derive",
+                                target_project=request.form.get("target_project", ""),
+                                profile={"name": request.form.get("profile", "").strip() or "ocr",
+                                         "languages": request.form.get("languages", "").strip() or "eng"})
+    return attempt(create, lambda c: _("Derive consumer %(name)s added: every archived asset of "
+                                       "%(project)s becomes a job in %(target)s.", name=c["name"],
+                                       project=project_id, target=c["target_project"]),
+                   "admin.hooks", **_back())
 
 
 def _toggle(consumer_id, enabled: bool):
