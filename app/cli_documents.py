@@ -59,6 +59,28 @@ def add(project_id, languages, files):
         sys.exit(1)
 
 
+@documents.command("ocr")
+@click.option("--profile", "profile_name", required=True,
+              help="The new run's profile name (a-z, 0-9, '-'): one run per document and profile.")
+@click.option("--languages", default="eng", show_default=True, help="Tesseract languages joined by '+'.")
+@click.option("--project", "project_id", default=None, help="Every document of this project.")
+@click.argument("document_ids", nargs=-1, type=click.IntRange(1))
+def ocr_again(profile_name, languages, project_id, document_ids):
+    """OCR documents again with another profile: DOCUMENT_IDS, or every
+    document of --project. Their text is indexed once the new run is done."""
+    from app.documents import runs
+    if bool(document_ids) == bool(project_id):
+        raise click.UsageError("give document ids or --project, not both")
+    try:
+        result = runs.reocr(list(document_ids) or None, {"name": profile_name, "languages": languages},
+                            project_id=project_id, actor="cli")
+    except FleetError as exc:
+        _fail(exc)
+    click.echo(f"profile {profile_name} ({languages}): {len(result['queued'])} queued, "
+               f"{len(result['already_queued'])} already queued, {len(result['skipped'])} skipped "
+               "(already had a run of this profile)")
+
+
 @documents.command("consume")
 @click.option("--folder", default=None, help="The consume folder (default FLEETHQ_CONSUME_DIR, "
                                              "else <data dir>/consume).")

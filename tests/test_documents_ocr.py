@@ -84,3 +84,28 @@ def test_an_ocr_host_that_sleeps_holding_documents_fails_none_and_finishes_all(f
         assert (shown["state"], shown["searchable"]) == ("done", True)
     assert [h["filename"] for h in
             body(fleet.api.call("GET", "/api/v1/fleethq/documents/search?q=nebula"))["results"]]
+
+
+def test_a_typed_document_is_skipped_then_forced_through_ocr_by_a_new_profile(fleet, tmp_path):
+    """Its first run finds text on every page and is skipped (its own text
+    indexed); a re-OCR with mode force runs OCRmyPDF on it all the same, and
+    that run's text becomes the indexed one."""
+    project = "typed"
+    fleet.api.put_project(project, kind="documents", retry_backoff_seconds=0)
+    scans.text_page_pdf(["already typed words", "in a born digital letter"]).save(tmp_path / "typed.pdf")
+    doc = _add(fleet, project, "typed.pdf", (tmp_path / "typed.pdf").read_bytes())
+    worker = _ocr_worker(fleet, project)
+    assert fleet.wait_settled(project, 1, timeout=120, proc=worker)["done"] == 1, worker.output()[-3000:]
+    assert sql(fleet.app, "SELECT count(*) AS n FROM assets WHERE derived_from IS NOT NULL")[0]["n"] == 0
+    answer = fleet.api.call("POST", f"/api/v1/fleethq/projects/{project}/documents/ocr", {
+        "profile": {"name": "forced", "mode": "force"}, "document_ids": [doc["document_id"]]})
+    assert body(answer)["queued"] == [doc["document_id"]], body(answer)
+    assert fleet.wait_settled(project, 2, timeout=180, proc=worker)["done"] == 2, worker.output()[-3000:]
+    (asset,) = sql(fleet.app, "SELECT canonical_key FROM assets WHERE derived_from IS NOT NULL")
+    assert asset["canonical_key"] == f"forced:{doc['asset_key']}"
+    (row,) = sql(fleet.app, "SELECT d.job_id = dj.job_id AS indexed, t.derived_key FROM documents d "
+                            "JOIN derived_jobs dj ON dj.profile = 'forced' "
+                            "JOIN paper_texts t ON t.canonical_key = d.asset_key")
+    assert row == {"indexed": True, "derived_key": f"forced:{doc['asset_key']}"}
+    hits = body(fleet.api.call("GET", "/api/v1/fleethq/documents/search?q=typed"))["results"]
+    assert [h["document_id"] for h in hits] == [doc["document_id"]]

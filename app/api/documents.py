@@ -11,14 +11,15 @@ import os
 import time
 
 from flask import current_app, jsonify, request
+from sqlalchemy import text
 
 from app.api import bp
 from app.api import validate as v
-from app.api.auth import require
+from app.api.auth import body_limit, require
 from app.api.search import SNIPPET_SEGMENT
-from app.documents import intake, reading
+from app.documents import intake, reading, runs
 from app.documents.downloads import file_response
-from app.errors import InvalidRequest, TooLarge
+from app.errors import InvalidRequest, NotFound, TooLarge
 from app.extensions import db
 from app.search import query
 from app.storage import shared_store
@@ -183,3 +184,41 @@ def document_file(document_id, which):
     except StorageError as exc:
         raise intake.StorageUnavailable(f"the archive is unavailable: {exc}",
                                         retry_after_ms=5000) from None
+
+
+REOCR = {
+    "profile": v.obj({"name": v.string(32, min_bytes=1).describe("names the run: a-z, 0-9 and '-'"),
+                      "languages": v.Optional(v.string(256).describe("Tesseract names joined by '+'")),
+                      "mode": v.Optional(v.one_of("skip-text", "redo", "force").describe(
+                          "skip-text: pages with text are left alone; redo: every text layer made "
+                          "again; force: every page rasterized and OCRed")),
+                      "deskew": v.Optional(v.boolean), "rotate": v.Optional(v.boolean),
+                      "clean": v.Optional(v.boolean.describe("unpaper before OCR")),
+                      "optimize": v.Optional(v.int_range(0, 1))}),
+    "document_ids": v.Optional(v.list_of(v.int_range(1, v.INT64_MAX), 1, 10_000).describe(
+        "these documents; omitted: every document of the project")),
+}
+REOCR_RESULT = {"profile": v.any_object, "queued": v.array(v.int_range(1, v.INT64_MAX)),
+                "already_queued": v.array(v.int_range(1, v.INT64_MAX)),
+                "skipped": v.array(v.int_range(1, v.INT64_MAX)).describe(
+                    "documents that already finished a run of this profile")}
+
+
+@bp.post("/fleethq/projects/<project_id>/documents/ocr")
+@v.declare(body=REOCR, responses={200: REOCR_RESULT}, errors=(409,),
+           summary="OCR documents again with another profile (its text is indexed when it is done)")
+def reocr_documents(project_id):
+    who = require("admin")
+    body = v.check(v.json_body(body_limit("api")), REOCR)
+    ids = body.get("document_ids")
+    if ids is not None:
+        owned = db.session.execute(text("SELECT count(*) FROM documents WHERE project_id = :p "
+                                        "AND id = ANY(:ids)"), {"p": project_id, "ids": ids}).scalar()
+        db.session.commit()
+        intake.documents_project(project_id)
+        if owned != len(set(ids)):
+            raise NotFound(f"not every document named is in {project_id}",
+                           details={"project_id": project_id})
+    return jsonify(runs.reocr(sorted(set(ids)) if ids is not None else None, body["profile"],
+                              project_id=None if ids is not None else project_id,
+                              actor=who.user_id or who.node_id))

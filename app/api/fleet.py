@@ -102,6 +102,8 @@ SOURCE = v.named("DerivedSource", {
     "expires_at": v.timestamp, "sha256": v.text, "size": v.int_range(0, v.INT64_MAX),
     "pages": v.int_range(0, v.INT64_MAX, nullable=True), "languages": v.text, "profile": v.text,
     "source_key": v.text,
+    "options": v.any_object.describe("the profile's OCR options: mode (skip-text, redo, force), "
+                                     "deskew, rotate, clean, optimize; {} for the worker's own"),
 })
 TEXT_RECEIPT = {"attempt_id": v.text, "sha256": v.text, "size": v.int_range(0, v.INT64_MAX)}
 _TEXT_HEADERS = {"X-Text-SHA256": v.text.with_schema(pattern="^[0-9A-Fa-f]{64}$")}

@@ -202,8 +202,8 @@ def _register(project_id, sha256, size, name, media_type, original_key, asset_ke
 
 def queue_run(project, document_id: int, profile: dict) -> int:
     """The OCR run of a document with ``profile``, through the derived-job
-    identity (one job per document and profile); the document's indexed run
-    becomes this one. In the caller's transaction; returns the job id."""
+    identity (one job per document and profile). In the caller's
+    transaction; returns the job id."""
     if not PROFILE_NAME.match(profile["name"]):
         raise InvalidRequest("profile name must be 1..32 of a-z, 0-9 and '-'",
                              details={"field": "profile"})
@@ -213,7 +213,7 @@ def queue_run(project, document_id: int, profile: dict) -> int:
     identity_id, job_id = derived.identity(
         project.id, doc["pdf_sha256"], profile["name"], source_key=doc["asset_key"],
         source_project_id=project.id, size=doc["pdf_size"], pages=doc["pages"],
-        languages=profile["languages"])
+        languages=profile["languages"], options=derived.options_of(profile))
     if job_id is None or db.session.execute(text("SELECT 1 FROM jobs WHERE id = :j"),
                                             {"j": job_id}).first() is None:
         ext_id = f"{doc['sha256']}:{profile['name']}"
@@ -228,7 +228,9 @@ def queue_run(project, document_id: int, profile: dict) -> int:
         db.session.execute(text("UPDATE derived_jobs SET job_id = :j WHERE id = :i"),
                            {"j": job_id, "i": identity_id})
         wakeups.notify(project.id)
-    db.session.execute(text("UPDATE documents SET job_id = :j WHERE id = :d"),
+    # The first run is the document's; a later one becomes its indexed run
+    # when its text is indexed (runs.indexed, from the archive commit).
+    db.session.execute(text("UPDATE documents SET job_id = COALESCE(job_id, :j) WHERE id = :d"),
                        {"j": job_id, "d": document_id})
     return job_id
 

@@ -39,11 +39,17 @@ LANGUAGES = re.compile(r"\A[a-z][a-z0-9_]{1,31}(\+[a-z][a-z0-9_]{1,31}){0,7}\Z")
 RECHECK_S = 300
 
 
+OPTIONS = ("mode", "deskew", "rotate", "clean", "optimize")
+MODES = ("skip-text", "redo", "force")
+
+
 def check_profile(profile) -> dict:
-    """A derive consumer's profile: ``{"name": ..., "languages": ...}``."""
-    if not isinstance(profile, dict) or set(profile) - {"name", "languages"}:
-        raise InvalidRequest('profile must be an object {"name": ..., "languages": ...}',
-                             details={"field": "profile"})
+    """A derive or document OCR profile: ``{"name", "languages"}`` and the
+    OCR options ``mode`` (skip-text, redo, force), ``deskew``, ``rotate``,
+    ``clean`` (booleans) and ``optimize`` (0 or 1), given only when set."""
+    if not isinstance(profile, dict) or set(profile) - {"name", "languages", *OPTIONS}:
+        raise InvalidRequest('profile must be an object {"name": ..., "languages": ...} with '
+                             f"optional {', '.join(OPTIONS)}", details={"field": "profile"})
     name, languages = profile.get("name"), profile.get("languages", "eng")
     if not isinstance(name, str) or not PROFILE_NAME.match(name):
         raise InvalidRequest("profile.name must be 1..32 of a-z, 0-9 and '-'",
@@ -51,7 +57,33 @@ def check_profile(profile) -> dict:
     if not isinstance(languages, str) or not LANGUAGES.match(languages):
         raise InvalidRequest("profile.languages must be Tesseract language names joined by '+' "
                              "(e.g. eng+pol), at most 8", details={"field": "profile.languages"})
-    return {"name": name, "languages": languages}
+    checked = {"name": name, "languages": languages}
+    if "mode" in profile:
+        if profile["mode"] not in MODES:
+            raise InvalidRequest(f"profile.mode must be one of {', '.join(MODES)}",
+                                 details={"field": "profile.mode"})
+        checked["mode"] = profile["mode"]
+    for flag in ("deskew", "rotate", "clean"):
+        if flag in profile:
+            if not isinstance(profile[flag], bool):
+                raise InvalidRequest(f"profile.{flag} must be true or false",
+                                     details={"field": f"profile.{flag}"})
+            checked[flag] = profile[flag]
+    if "optimize" in profile:
+        if profile["optimize"] not in (0, 1) or isinstance(profile["optimize"], bool):
+            raise InvalidRequest("profile.optimize must be 0 or 1", details={"field": "profile.optimize"})
+        checked["optimize"] = profile["optimize"]
+    if checked.get("mode") == "redo" and (checked.get("deskew") or checked.get("clean")):
+        # OCRmyPDF keeps the page images under --redo-ocr: nothing to straighten or clean.
+        raise InvalidRequest("profile.mode redo keeps the page images: deskew and clean need "
+                             "mode force", details={"field": "profile.mode"})
+    return checked
+
+
+def options_of(profile: dict) -> dict | None:
+    """The OCR options of a checked profile, or None for none."""
+    found = {k: profile[k] for k in OPTIONS if k in profile}
+    return found or None
 
 
 def check_target(source_project_id: str, target_project_id) -> str:
@@ -104,18 +136,20 @@ def _enqueue(identity_id: int, facts: dict, value: str, target: str) -> tuple[in
 
 
 def identity(target: str, source_sha256: str, profile: str, *, source_key: str,
-             source_project_id: str, size: int, pages: int | None, languages: str) -> tuple[int, int | None]:
+             source_project_id: str, size: int, pages: int | None, languages: str,
+             options: dict | None = None) -> tuple[int, int | None]:
     """The derived-job identity (target, source SHA-256, profile), made if
     new and locked either way; (its id, its job id or None)."""
     return tuple(db.session.execute(text("""
         INSERT INTO derived_jobs (target_project_id, source_sha256, profile, source_key,
-                                  source_project_id, source_size, source_pages, languages)
-        VALUES (:t, :sha, :pr, :k, :sp, :size, :pages, :langs)
+                                  source_project_id, source_size, source_pages, languages, options)
+        VALUES (:t, :sha, :pr, :k, :sp, :size, :pages, :langs, CAST(:opts AS jsonb))
         ON CONFLICT (target_project_id, source_sha256, profile) DO UPDATE
             SET languages = derived_jobs.languages   -- a no-op that returns the row, locked
         RETURNING id, job_id"""),
         {"t": target, "sha": source_sha256, "pr": profile, "k": source_key, "sp": source_project_id,
-         "size": size, "pages": pages, "langs": languages}).one())
+         "size": size, "pages": pages, "langs": languages,
+         "opts": json.dumps(options) if options else None}).one())
 
 
 def advance(delivery_id: int) -> str | None:
@@ -140,7 +174,8 @@ def advance(delivery_id: int) -> str | None:
              "profile": profile.get("name"), "languages": profile.get("languages", "eng")}
     identity_id, job_id = identity(row["target_project_id"], row["sha256"], facts["profile"],
                                    source_key=row["canonical_key"], source_project_id=row["project_id"],
-                                   size=row["size"], pages=row["pages"], languages=facts["languages"])
+                                   size=row["size"], pages=row["pages"], languages=facts["languages"],
+                                   options=options_of(profile))
     job = None
     if job_id is not None:
         job = db.session.execute(text("SELECT state, last_error FROM jobs WHERE id = :j"),
@@ -197,5 +232,5 @@ def facts_for_job(job_id: int):
     languages, profile), or None for an ordinary job."""
     return db.session.execute(text(
         "SELECT id, source_key, source_sha256, source_size, source_pages, languages, profile, "
-        "source_project_id, target_project_id FROM derived_jobs WHERE job_id = :j"),
+        "source_project_id, target_project_id, options FROM derived_jobs WHERE job_id = :j"),
         {"j": job_id}).mappings().first()

@@ -134,5 +134,6 @@ class DerivedJob(db.Model):
     source_size: Mapped[int] = mapped_column(BigInteger, nullable=False)
     source_pages = mapped_column(Integer)
     languages: Mapped[str] = mapped_column(Text, nullable=False)
+    options = mapped_column(JSONB)   # OCR options of the profile (mode, deskew, …), or null
     job_id = mapped_column(BigInteger)
     created_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())

@@ -48,3 +48,23 @@ def add_documents(project_id):
         return refuse(summary + " " + _("Refused: %(files)s", files="; ".join(refused)),
                       "admin.project", project_id=project_id)
     return done(summary + " " + _("Their OCR is queued."), "admin.project", project_id=project_id)
+
+
+@bp.post("/documents/<int:document_id>/ocr")
+def reocr_document(document_id):
+    from app.documents import runs
+    profile = {"name": request.form.get("profile", "").strip(),
+               "languages": request.form.get("languages", "").strip() or "eng"}
+    if request.form.get("mode", "skip-text") != "skip-text":
+        profile["mode"] = request.form["mode"]
+    if request.form.get("deskew") == "yes":
+        profile["deskew"] = True
+    try:
+        result = runs.reocr([document_id], profile, actor=actor())
+    except FleetError as exc:
+        db.session.rollback()
+        return refuse(exc.message, "documents_pages.show", document_id=document_id)
+    message = (_("OCR run %(profile)s queued; its text replaces the indexed text when it is done.",
+                 profile=profile["name"]) if result["queued"] else
+               _("OCR run %(profile)s is already queued.", profile=profile["name"]))
+    return done(message, "documents_pages.show", document_id=document_id)

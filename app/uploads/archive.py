@@ -11,6 +11,7 @@ import logging
 
 from sqlalchemy import text
 
+from app.documents import runs as document_runs
 from app.extensions import db
 from app.hooks import derived, outbox
 from app.search.index import index_paper
@@ -95,6 +96,7 @@ def commit(attempt_id: int, store) -> str:
         # done receipt, in one transaction, and the waiting hooks close.
         index_paper(made_from.source_key, made_from.source_project_id, made_from.text,
                     derived_key=key, languages=made_from.languages)
+        document_runs.indexed(job_id, made_from.source_key, made_from.source_project_id)
         derived_uploads.forget_text(attempt_id)
         derived.job_finished(job_id)
     completed = transitions.complete(attempt_id, object_key)  # done receipt + hooks; commits

@@ -73,7 +73,8 @@ def source_for(attempt_id: int, worker: Worker, url_for) -> dict:
     url, expires_at = url_for(asset[0], SOURCE_URL_TTL_S)
     return {"url": url, "expires_at": expires_at, "sha256": asset[1], "size": asset[2],
             "pages": facts["source_pages"], "languages": facts["languages"],
-            "profile": facts["profile"], "source_key": facts["source_key"]}
+            "profile": facts["profile"], "source_key": facts["source_key"],
+            "options": facts["options"] or {}}
 
 
 def store_text(attempt_id: int, worker: Worker, sha256: str, body: bytes) -> dict:

@@ -30,7 +30,7 @@ from .engine import OcrResult, ocrmypdf_argv, run_ocr
 from .errors import (AlreadyHasText, BrokenWorker, OcrFailure, PermanentFailure, RetryableFailure,
                      EXIT_STATUSES)
 from .install import Installation, check_languages, find_installation, parse_languages
-from .limits import DiskCheck, OcrLimits, check_free_disk, scratch_bytes_needed
+from .limits import DiskCheck, OcrLimits, OcrOptions, check_free_disk, scratch_bytes_needed
 
 
 def check_installation(languages=(), rotate_pages: bool = True, environ=None) -> Installation:
@@ -42,6 +42,6 @@ def check_installation(languages=(), rotate_pages: bool = True, environ=None) ->
 
 __all__ = [
     "AlreadyHasText", "BrokenWorker", "DiskCheck", "EXIT_STATUSES", "Installation", "OcrFailure",
-    "OcrLimits", "OcrResult", "PermanentFailure", "RetryableFailure", "check_free_disk",
+    "OcrLimits", "OcrOptions", "OcrResult", "PermanentFailure", "RetryableFailure", "check_free_disk",
     "check_installation", "ocrmypdf_argv", "run_ocr", "scratch_bytes_needed",
 ]

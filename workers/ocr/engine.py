@@ -40,7 +40,7 @@ from pathlib import Path
 
 from .errors import AlreadyHasText, BrokenWorker, PermanentFailure, RetryableFailure, failure_for_exit
 from .install import check_languages, find_installation, parse_languages
-from .limits import OcrLimits
+from .limits import OcrLimits, OcrOptions
 from .supervise import ChildOutcome, run_limited
 
 PROBE = str(Path(__file__).with_name("pdfprobe.py"))
@@ -63,7 +63,8 @@ class OcrResult:
 
 
 def run_ocr(source: Path, scratch: Path, languages, limits: OcrLimits = OcrLimits(),
-            environ: dict[str, str] | None = None, cancel: threading.Event | None = None) -> OcrResult:
+            environ: dict[str, str] | None = None, cancel: threading.Event | None = None,
+            options: OcrOptions = OcrOptions()) -> OcrResult:
     """OCR ``source`` into ``scratch``; raises one :class:`~workers.ocr.errors.OcrFailure` subclass per failure class.
 
     Parameters: ``languages`` are Tesseract pack names ("eng+pol" or a
@@ -76,7 +77,11 @@ def run_ocr(source: Path, scratch: Path, languages, limits: OcrLimits = OcrLimit
     scratch = Path(scratch).resolve()
     env = _child_env(os.environ if environ is None else environ, scratch)
     langs = parse_languages(languages)
-    check_languages(find_installation(env), langs, limits.rotate_pages)
+    check_languages(find_installation(env), langs, options.rotates(limits))
+    if options.clean and shutil.which("unpaper", path=env.get("PATH", "")) is None:
+        # Another worker may have it: the job is not at fault, nor this worker for other jobs.
+        raise RetryableFailure("missing_unpaper", "the job's profile asks for clean (unpaper), "
+                                                  "which this worker does not have")
     source = Path(source).resolve()
     scratch.mkdir(parents=True, exist_ok=True)
     Path(env["TMPDIR"]).mkdir(exist_ok=True)
@@ -84,15 +89,16 @@ def run_ocr(source: Path, scratch: Path, languages, limits: OcrLimits = OcrLimit
     try:
         facts, inspect_s = _inspect(source, scratch, env, limits, cancel)
         pages, skipped = facts["pages"], len(facts["text_pages"])
-        if skipped == pages:
+        if skipped == pages and options.mode == "skip-text":
             raise AlreadyHasText(pages, f"all {pages} page(s) already have text",
                                  text_path=_source_text(source, text_path, pages, scratch, env, limits, cancel))
         # Every page OCRed (the usual scan): OCRmyPDF's own sidecar is the
         # whole text, and a second PDFium pass over the output is saved. With
         # pages that kept their text the sidecar would only say "skipped"
         # there, so the text is read from the derived PDF instead.
-        sidecar = text_path if skipped == 0 else None
-        ocr = run_limited(ocrmypdf_argv(source, pdf_path, langs, limits, sidecar=sidecar),
+        sidecar = text_path if skipped == 0 or options.mode != "skip-text" else None
+        ocr = run_limited(ocrmypdf_argv(source, pdf_path, langs, limits, sidecar=sidecar,
+                                        options=options),
                           log_path=scratch / "ocrmypdf.log", env=env, cwd=scratch,
                           time_limit_s=limits.time_limit(pages), memory_limit_bytes=limits.memory_bytes,
                           nice=limits.nice, cancel=cancel)
@@ -121,19 +127,27 @@ def run_ocr(source: Path, scratch: Path, languages, limits: OcrLimits = OcrLimit
                      peak_memory_bytes=ocr.peak_memory_bytes)
 
 
+_MODE_FLAGS = {"skip-text": "--skip-text", "redo": "--redo-ocr", "force": "--force-ocr"}
+
+
 def ocrmypdf_argv(source: Path, output: Path, languages: tuple[str, ...], limits: OcrLimits,
-                  sidecar: Path | None = None) -> list[str]:
+                  sidecar: Path | None = None, options: OcrOptions = OcrOptions()) -> list[str]:
     """The OCRmyPDF command line the engine runs (the benchmark runs the same one by hand);
-    ``sidecar``: where OCRmyPDF writes the text it recognized (pages separated by form feeds)."""
-    argv = [sys.executable, "-m", "ocrmypdf", "--skip-text", "--output-type", "pdf",
+    ``sidecar``: where OCRmyPDF writes the text it recognized (pages separated by form feeds);
+    ``options``: the job's profile (mode, deskew, rotate, clean, optimize)."""
+    argv = [sys.executable, "-m", "ocrmypdf", _MODE_FLAGS[options.mode], "--output-type", "pdf",
             "--rasterizer", "pypdfium", "--jobs", str(limits.effective_jobs()),
             "--language", "+".join(languages)]
     if sidecar is not None:
         argv += ["--sidecar", str(sidecar)]
-    if limits.rotate_pages:
+    if options.rotates(limits):
         argv.append("--rotate-pages")
-    if limits.deskew:
+    if options.deskews(limits):
         argv.append("--deskew")
+    if options.clean:
+        argv.append("--clean")
+    if options.optimize is not None:
+        argv += ["--optimize", str(options.optimize)]
     return argv + ["--", str(source), str(output)]
 
 

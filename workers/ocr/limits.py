@@ -113,3 +113,38 @@ def check_free_disk(volume: Path, source_bytes: int, pages: int | None = None,
     stat = os.statvfs(volume)
     return DiskCheck(free_bytes=stat.f_bavail * stat.f_frsize,
                      needed_bytes=scratch_bytes_needed(source_bytes, pages) + reserve_bytes)
+
+
+MODES = ("skip-text", "redo", "force")
+
+
+@dataclass(frozen=True)
+class OcrOptions:
+    """What one OCR job asks of OCRmyPDF beyond its languages (the job's
+    profile, from the master): ``mode`` skip-text (pages with text are left
+    alone; a source whose every page has text is skipped), redo (every
+    page's text layer made again) or force (every page rasterized and
+    OCRed); ``deskew``/``rotate`` override the worker's own settings when
+    given; ``clean`` runs unpaper before OCR; ``optimize`` 0 or 1."""
+    mode: str = "skip-text"
+    deskew: bool | None = None
+    rotate: bool | None = None
+    clean: bool = False
+    optimize: int | None = None
+
+    @classmethod
+    def from_job(cls, raw) -> "OcrOptions":
+        raw = raw if isinstance(raw, dict) else {}
+        mode = raw.get("mode", "skip-text")
+        optimize = raw.get("optimize")
+        return cls(mode=mode if mode in MODES else "skip-text",
+                   deskew=raw["deskew"] if isinstance(raw.get("deskew"), bool) else None,
+                   rotate=raw["rotate"] if isinstance(raw.get("rotate"), bool) else None,
+                   clean=raw.get("clean") is True,
+                   optimize=optimize if optimize in (0, 1) else None)
+
+    def deskews(self, limits: "OcrLimits") -> bool:
+        return limits.deskew if self.deskew is None else self.deskew
+
+    def rotates(self, limits: "OcrLimits") -> bool:
+        return limits.rotate_pages if self.rotate is None else self.rotate

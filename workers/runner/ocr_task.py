@@ -35,7 +35,7 @@ import time
 
 import requests
 
-from workers.ocr import (AlreadyHasText, BrokenWorker, OcrLimits, PermanentFailure,
+from workers.ocr import (AlreadyHasText, BrokenWorker, OcrLimits, OcrOptions, PermanentFailure,
                          RetryableFailure, check_free_disk, run_ocr)
 from workers.runner.journal import Journal
 from workers.sdk._errors import ProtocolError, TransportError
@@ -100,7 +100,8 @@ class OcrTask:
         local = work / "source.pdf"
         self._download(source, local, cancel)
         try:
-            result = run_ocr(local, work / "ocr", source["languages"], self.limits, cancel=cancel)
+            result = run_ocr(local, work / "ocr", source["languages"], self.limits, cancel=cancel,
+                             options=OcrOptions.from_job(source.get("options")))
         except AlreadyHasText as exc:
             text = {}
             if exc.text_path is not None:  # the source's own text, for the master's index
