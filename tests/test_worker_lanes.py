@@ -99,7 +99,7 @@ def test_a_fallback_node_waits_while_the_first_choice_keeps_up_then_takes_over(f
         fleet.wait_settled(project, 2 * (round_ + 1), timeout=60, proc=first)
     assert attempts_by_worker(fleet.app, project) == {first_id: 4}  # the fallback stayed idle
 
-    assert first.terminate() == 0  # its heartbeat still looks fresh: only the wait rule helps
+    first.kill9()  # a crash: its heartbeat still looks fresh, only the wait rule helps
     fleet.enqueue(project, [f"{publisher.url}/papers/{n}.pdf" for n in (31, 32)])
     counts = fleet.wait_settled(project, 6, timeout=60, proc=second)
     assert counts["done"] == 6
@@ -109,6 +109,29 @@ def test_a_fallback_node_waits_while_the_first_choice_keeps_up_then_takes_over(f
     assert len(taken) == 2
     for row in taken:  # taken over within fallback_after_seconds + one long poll
         assert fallback_after <= float(row["waited"]) <= fallback_after + LONG_POLL_S + 2
+
+
+def test_a_first_choice_node_that_stops_cleanly_signs_off_and_the_fallback_takes_over_at_once(
+        fleet, publisher):
+    """A host going to sleep stops its worker (SIGTERM): the last heartbeat
+    offers no slot, so the fallback does not wait fallback_after_seconds."""
+    fallback_after = 30
+    project = fleet.project(fallback_after_seconds=fallback_after)
+    first = fleet.worker(project, FLEETHQ_CONCURRENCY=2)
+    second = fleet.worker(project)
+    first_id, second_id = first.identity()["worker_id"], second.identity()["worker_id"]
+    set_tier(fleet.app, second_id, "fallback")
+    wait_for(lambda: sql(fleet.app, "SELECT 1 FROM fleet_nodes WHERE id = :n AND capacity = 2 AND "
+                                    "last_heartbeat_at > now() - interval '5 seconds'", n=first_id),
+             30, f"the first-choice node's heartbeat\n{first.output()}")
+    assert first.terminate() == 0
+    assert sql(fleet.app, "SELECT capacity FROM fleet_nodes WHERE id = :n", n=first_id) == [{"capacity": 0}]
+    fleet.enqueue(project, [f"{publisher.url}/papers/{n}.pdf" for n in (41, 42)])
+    assert fleet.wait_settled(project, 2, timeout=60, proc=second)["done"] == 2
+    taken = sql(fleet.app, "SELECT extract(epoch FROM a.created_at - j.created_at) AS waited "
+                           "FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.project_id = :p", p=project)
+    assert len(taken) == 2 and all(float(r["waited"]) < fallback_after / 2 for r in taken), taken
+    assert attempts_by_worker(fleet.app, project) == {second_id: 2}
 
 
 # ------------------------------------------------------------ local fetcher

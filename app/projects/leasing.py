@@ -77,16 +77,17 @@ _ORDERS = {"fifo": "created_at, id", "random": "random_key, id"}
 # prefer_new_worker: workers that could take a retry right now (approved or
 # active token workers with a heartbeat younger than one node lease) and
 # serve this project (by their heartbeat's projects; one that does not say
-# counts for every project): a retry is never held back for a worker that
-# would not take it.
+# counts for every project) and offer slots (a worker that signed off, or
+# cannot do its task, heartbeats capacity 0): a retry is never held back for
+# a worker that would not take it.
 _FRESH_WORKERS = """fresh AS (
     SELECT id AS worker_id, NULL::text AS owner FROM fleet_nodes
     WHERE status = 'active' AND last_heartbeat_at > now() - make_interval(secs => :fresh_s)
-      AND (projects IS NULL OR :p = ANY(projects))
+      AND (projects IS NULL OR :p = ANY(projects)) AND capacity IS DISTINCT FROM 0
     UNION ALL
     SELECT worker_id, user_id FROM token_workers
     WHERE status = 'active' AND last_heartbeat_at > now() - make_interval(secs => :fresh_s)
-      AND (projects IS NULL OR :p = ANY(projects))
+      AND (projects IS NULL OR :p = ANY(projects)) AND capacity IS DISTINCT FROM 0
 ),"""
 
 # A retry skips a worker that already tried the job while some other fresh

@@ -78,6 +78,7 @@ def cmd_run(args) -> int:
         if runner.refused is not None:
             raise runner.refused
         runner.drain_fetches(STOP_GRACE_S)
+        runner.sign_off()
         log.info("stopped; %d ready file(s) stay on the volume for the next start",
                  len(journal.entries("ready", "uploaded")))
         return EXIT_OK

@@ -73,6 +73,8 @@ class Runner:
         # Heartbeats list the projects served (the master then counts this
         # worker only for them); off after an older master refused the field.
         self.says_projects = True
+        # Set by sign_off: the last heartbeat offers no slot.
+        self.signed_off = False
         configs = fetch_configs(settings, settings.client_version)
         self._fetch_cfg = configs[1] or configs[0]
         if settings.task == "ocr":
@@ -161,20 +163,20 @@ class Runner:
 
     # --- heartbeat -----------------------------------------------------------
 
-    def beat(self) -> dict:
+    def beat(self, timeout: float = 30) -> dict:
         """One heartbeat. Returns the lease map. Raises MasterError."""
         with self._active_lock:
             fetching = list(self.active)
         holding = [e["attempt_id"] for e in self.journal.entries("ready", "uploaded")]
         running = (fetching + [a for a in holding if a not in fetching])[:MAX_RUNNING_IDS]
-        body = {"capacity": 0 if self.broken else self.settings.concurrency,
+        body = {"capacity": 0 if self.broken or self.signed_off else self.settings.concurrency,
                 "browser_ok": self.browser_ok(),
                 "disk_free_bytes": self.volume.disk_free(), "spool_bytes": self.spool_bytes(),
                 "last_error": self.last_error(), "running_attempt_ids": running}
         if self.says_projects:
             body["projects"] = list(self.settings.projects)[:64]
         try:
-            _, answer = self.master.call("POST", "/api/v1/fleet/heartbeat", timeout=30, body=body)
+            _, answer = self.master.call("POST", "/api/v1/fleet/heartbeat", timeout=timeout, body=body)
         except MasterError as exc:
             if not (self.says_projects and exc.status == 400 and exc.message.startswith("projects:")):
                 raise
@@ -182,7 +184,7 @@ class Runner:
             # nothing of the projects from now on, as older workers do.
             log.info("the master does not take a heartbeat's projects; leaving them out")
             self.says_projects = False
-            _, answer = self.master.call("POST", "/api/v1/fleet/heartbeat", timeout=30,
+            _, answer = self.master.call("POST", "/api/v1/fleet/heartbeat", timeout=timeout,
                                          body={k: v for k, v in body.items() if k != "projects"})
         self.last_heartbeat_ok = time.monotonic()
         if answer.get("status") != self.status:
@@ -327,6 +329,17 @@ class Runner:
             threading.Thread(target=target, args=args, name=name, daemon=True).start()
         self.delivery_wake.set()
         self.stop.wait()
+
+    def sign_off(self) -> None:
+        """On a clean stop (the host going to sleep, say): one last heartbeat
+        offering no slot, so that fallback workers do not wait for this one
+        while its heartbeat is still fresh. The leases of the files it keeps
+        are renewed as usual."""
+        self.signed_off = True
+        try:
+            self.beat(timeout=5)  # a stop is not held up by a master that does not answer
+        except Exception as exc:  # noqa: BLE001 - revoked, unreachable: nothing to sign off from
+            log.info("last heartbeat not sent: %s", exc)
 
     def drain_fetches(self, grace_s: float) -> None:
         """On a clean stop, give running downloads a moment to land as ready
