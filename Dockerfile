@@ -26,7 +26,7 @@ ENV PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 \
 RUN if [ "$WITH_FETCHER" = "true" ]; then \
         apt-get update \
         && apt-get install -y --no-install-recommends chromium fonts-liberation ca-certificates \
-            tesseract-ocr tesseract-ocr-osd $(for lang in $OCR_LANGUAGES; do echo "tesseract-ocr-$lang"; done) \
+            tesseract-ocr tesseract-ocr-osd unpaper $(for lang in $OCR_LANGUAGES; do echo "tesseract-ocr-$lang"; done) \
         && rm -rf /var/lib/apt/lists/*; \
     fi
 
