@@ -72,8 +72,8 @@ def ocr_again(profile_name, languages, project_id, document_ids):
     if bool(document_ids) == bool(project_id):
         raise click.UsageError("give document ids or --project, not both")
     try:
-        result = runs.reocr(list(document_ids) or None, {"name": profile_name, "languages": languages},
-                            project_id=project_id, actor="cli")
+        result = runs.reocr({"name": profile_name, "languages": languages}, project_id=project_id,
+                            document_ids=list(document_ids) or None, actor="cli")
     except FleetError as exc:
         _fail(exc)
     click.echo(f"profile {profile_name} ({languages}): {len(result['queued'])} queued, "

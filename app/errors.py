@@ -11,7 +11,8 @@
     ├── TooLarge                     413 too_large
     ├── UnsupportedMediaType         415 unsupported_media_type
     ├── UpgradeRequired              426 client_upgrade_required
-    └── RateLimited                  429 project_dispatch_rate_limited
+    ├── RateLimited                  429 project_dispatch_rate_limited
+    └── StorageUnavailable           503 storage_unavailable (retryable)
 """
 from __future__ import annotations
 
@@ -80,3 +81,9 @@ class UpgradeRequired(FleetError):
 
 class RateLimited(FleetError):
     status, code, retryable = 429, "project_dispatch_rate_limited", True
+
+
+class StorageUnavailable(FleetError):
+    """The object store, or the check of a file, cannot be reached now; the
+    same request succeeds later."""
+    status, code, retryable = 503, "storage_unavailable", True

@@ -11,7 +11,6 @@ import os
 import time
 
 from flask import current_app, jsonify, request
-from sqlalchemy import text
 
 from app.api import bp
 from app.api import validate as v
@@ -19,7 +18,7 @@ from app.api.auth import body_limit, require
 from app.api.search import SNIPPET_SEGMENT
 from app.documents import intake, reading, runs
 from app.documents.downloads import file_response
-from app.errors import InvalidRequest, NotFound, TooLarge
+from app.errors import InvalidRequest, StorageUnavailable, TooLarge
 from app.extensions import db
 from app.search import query
 from app.storage import shared_store
@@ -182,8 +181,7 @@ def document_file(document_id, which):
     try:
         return file_response(current_app.config, *reading.file_of(document_id, which))
     except StorageError as exc:
-        raise intake.StorageUnavailable(f"the archive is unavailable: {exc}",
-                                        retry_after_ms=5000) from None
+        raise StorageUnavailable(f"the archive is unavailable: {exc}", retry_after_ms=5000) from None
 
 
 REOCR = {
@@ -210,15 +208,5 @@ REOCR_RESULT = {"profile": v.any_object, "queued": v.array(v.int_range(1, v.INT6
 def reocr_documents(project_id):
     who = require("admin")
     body = v.check(v.json_body(body_limit("api")), REOCR)
-    ids = body.get("document_ids")
-    if ids is not None:
-        owned = db.session.execute(text("SELECT count(*) FROM documents WHERE project_id = :p "
-                                        "AND id = ANY(:ids)"), {"p": project_id, "ids": ids}).scalar()
-        db.session.commit()
-        intake.documents_project(project_id)
-        if owned != len(set(ids)):
-            raise NotFound(f"not every document named is in {project_id}",
-                           details={"project_id": project_id})
-    return jsonify(runs.reocr(sorted(set(ids)) if ids is not None else None, body["profile"],
-                              project_id=None if ids is not None else project_id,
-                              actor=who.user_id or who.node_id))
+    return jsonify(runs.reocr(body["profile"], project_id=project_id,
+                              document_ids=body.get("document_ids"), actor=who.user_id or who.node_id))

@@ -32,7 +32,7 @@ from sqlalchemy import text
 
 from app import audit
 from app.documents import formats
-from app.errors import FleetError, InvalidRequest
+from app.errors import FleetError, InvalidRequest, StorageUnavailable
 from app.extensions import db
 from app.hooks import derived
 from app.hooks.derived import LANGUAGES, PROFILE_NAME
@@ -49,10 +49,6 @@ SCRATCH = "intake"  # under the spool directory; the spool sweeper ignores it
 
 class InvalidDocument(FleetError):
     status, code = 422, "invalid_document"
-
-
-class StorageUnavailable(FleetError):
-    status, code, retryable = 503, "storage_unavailable", True
 
 
 @dataclass(frozen=True)
@@ -149,24 +145,24 @@ def add_file(project_id: str, path: str, sha256: str, filename: str | None, *, v
     else:
         pdf_sha256, pdf_size, pages = prepared.pdf_sha256, prepared.pdf_size, prepared.pages
         pdf_key = content_key(pdf_sha256)
-        try:
-            store.put_file(pdf_key, prepared.pdf_path, sha256_hex=pdf_sha256, size=pdf_size,
-                           source_hashed=prepared.pdf_path == path)
-        except StorageError as exc:
-            raise StorageUnavailable(f"{name}: the archive is unavailable: {exc}",
-                                     retry_after_ms=5000) from None
+        _put(store, pdf_key, prepared.pdf_path, pdf_sha256, pdf_size, name,
+             hashed=prepared.pdf_path == path)
     if original_key != pdf_key:
-        try:
-            store.put_file(original_key, path, sha256_hex=sha256, size=size, source_hashed=True)
-        except StorageError as exc:
-            raise StorageUnavailable(f"{name}: the archive is unavailable: {exc}",
-                                     retry_after_ms=5000) from None
+        _put(store, original_key, path, sha256, size, name, hashed=True)
     try:
         return _register(project_id, sha256, size, name, prepared.media_type, original_key,
                          asset_key, (pdf_sha256, pdf_size, pdf_key, pages), profile, via, by)
     except Exception:
         db.session.rollback()
         raise
+
+
+def _put(store, key: str, path: str, sha256: str, size: int, name: str, *, hashed: bool) -> None:
+    try:
+        store.put_file(key, path, sha256_hex=sha256, size=size, source_hashed=hashed)
+    except StorageError as exc:
+        raise StorageUnavailable(f"{name}: the archive is unavailable: {exc}",
+                                 retry_after_ms=5000) from None
 
 
 def _register(project_id, sha256, size, name, media_type, original_key, asset_key, pdf, profile,

@@ -57,17 +57,20 @@ def get(document_id: int) -> dict:
     return _view(row)
 
 
-def list_page(project_id: str, *, after_id: int = 0, limit: int = 50) -> dict:
-    """A project's documents, oldest first, in pages of at most 200."""
+def _page(where: str, order: str, params: dict, limit: int) -> tuple[list[dict], int | None]:
+    """One page of documents and the id to continue from (None: the last page)."""
     limit = max(1, min(limit, LIST_MAX))
-    rows = db.session.execute(text(
-        _SELECT + " WHERE d.project_id = :p AND d.id > :a ORDER BY d.id LIMIT :n"),
-        {"p": project_id, "a": after_id, "n": limit + 1}).mappings().all()
+    rows = db.session.execute(text(f"{_SELECT} WHERE {where} ORDER BY d.id {order} LIMIT :n"),
+                              {**params, "n": limit + 1}).mappings().all()
     db.session.commit()
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return {"documents": [_view(r) for r in rows],
-            "next_after_id": rows[-1]["id"] if more else None}
+    return [_view(r) for r in rows[:limit]], rows[limit - 1]["id"] if len(rows) > limit else None
+
+
+def list_page(project_id: str, *, after_id: int = 0, limit: int = 50) -> dict:
+    """A project's documents, oldest first, in pages of at most 200 (the API)."""
+    documents, cursor = _page("d.project_id = :p AND d.id > :a", "ASC",
+                              {"p": project_id, "a": after_id}, limit)
+    return {"documents": documents, "next_after_id": cursor}
 
 
 def runs(document_id: int) -> list[dict]:
@@ -121,16 +124,11 @@ def find(q: str, *, project_id: str | None = None, limit: int = 20, offset: int 
 
 
 def newest(project_id: str | None, *, before_id: int | None = None, limit: int = 50) -> dict:
-    """Documents newest first (of one project, or of all), in pages."""
-    where = ["d.id < :b" if before_id else "true", "d.project_id = :p" if project_id else "true"]
-    rows = db.session.execute(text(
-        _SELECT + f" WHERE {' AND '.join(where)} ORDER BY d.id DESC LIMIT :n"),
-        {"b": before_id, "p": project_id, "n": limit + 1}).mappings().all()
-    db.session.commit()
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return {"documents": [_view(r) for r in rows],
-            "next_before_id": rows[-1]["id"] if more else None}
+    """Documents newest first, of one project or of all (the pages)."""
+    documents, cursor = _page("(CAST(:b AS bigint) IS NULL OR d.id < :b) "
+                              "AND (CAST(:p AS text) IS NULL OR d.project_id = :p)", "DESC",
+                              {"b": before_id, "p": project_id}, limit)
+    return {"documents": documents, "next_before_id": cursor}
 
 
 FILES = ("original", "pdf", "ocr")

@@ -46,27 +46,30 @@ def _queue(doc, profile: dict) -> tuple[int, bool]:
     return intake.queue_run(project, doc["id"], profile), True
 
 
-def reocr(document_ids: list[int] | None, profile, *, project_id: str | None = None,
+def reocr(profile, *, project_id: str | None = None, document_ids: list[int] | None = None,
           actor: str) -> dict:
-    """Queue an OCR run with ``profile`` (``{"name", "languages"}``) for the
-    given documents, or every document of ``project_id``. Commits. A
-    document that already finished a run of that profile is refused (409)
-    when named alone, and skipped (counted) in a filter."""
+    """Queue an OCR run with ``profile`` for the named documents (all of them
+    in ``project_id`` when it is given too), or for every document of
+    ``project_id``. Commits. A document that already finished a run of that
+    profile is refused (409) when named alone, and skipped (counted) in a
+    filter."""
     profile = check_profile(profile)
-    if document_ids is not None and project_id is not None:
-        raise InvalidRequest("name documents or a project, not both")
+    if project_id is not None:
+        intake.documents_project(project_id)
     if document_ids is not None:
+        document_ids = sorted(set(document_ids))
         if not 1 <= len(document_ids) <= FILTER_MAX:
             raise InvalidRequest(f"name 1..{FILTER_MAX} documents", details={"field": "document_ids"})
         rows = db.session.execute(text(
-            "SELECT id, project_id, pdf_sha256 FROM documents WHERE id = ANY(:ids) ORDER BY id"),
-            {"ids": document_ids}).mappings().all()
+            "SELECT id, project_id, pdf_sha256 FROM documents WHERE id = ANY(:ids) "
+            "AND (CAST(:p AS text) IS NULL OR project_id = :p) ORDER BY id"),
+            {"ids": document_ids, "p": project_id}).mappings().all()
         missing = sorted(set(document_ids) - {r["id"] for r in rows})
         if missing:
             db.session.rollback()
-            raise NotFound(f"no document {missing[0]}", details={"document_id": missing[0]})
-    else:
-        intake.documents_project(project_id)
+            where = f" in {project_id}" if project_id else ""
+            raise NotFound(f"no document {missing[0]}{where}", details={"document_id": missing[0]})
+    elif project_id is not None:
         rows = db.session.execute(text(
             "SELECT id, project_id, pdf_sha256 FROM documents WHERE project_id = :p ORDER BY id "
             "LIMIT :n"), {"p": project_id, "n": FILTER_MAX + 1}).mappings().all()
@@ -74,6 +77,8 @@ def reocr(document_ids: list[int] | None, profile, *, project_id: str | None = N
             db.session.rollback()
             raise InvalidRequest(f"{project_id} has more than {FILTER_MAX} documents: name them",
                                  details={"limit": FILTER_MAX})
+    else:
+        raise InvalidRequest("name documents or a project")
     for project in {r["project_id"] for r in rows}:
         intake.documents_project(project)
     queued, running, skipped = [], [], []
@@ -88,7 +93,7 @@ def reocr(document_ids: list[int] | None, profile, *, project_id: str | None = N
                 skipped.append(doc["id"])
                 continue
             (queued if new else running).append(doc["id"])
-        audit.record("documents.reocr", "project", project_id or rows[0]["project_id"], {
+        audit.record("documents.reocr", "project", project_id or (rows[0]["project_id"] if rows else ""), {
             "profile": profile, "queued": len(queued), "already_queued": len(running),
             "skipped": len(skipped), "document_ids": [r["id"] for r in rows][:100]})
         db.session.commit()

@@ -60,7 +60,7 @@ def reocr_document(document_id):
     if request.form.get("deskew") == "yes":
         profile["deskew"] = True
     try:
-        result = runs.reocr([document_id], profile, actor=actor())
+        result = runs.reocr(profile, document_ids=[document_id], actor=actor())
     except FleetError as exc:
         db.session.rollback()
         return refuse(exc.message, "documents_pages.show", document_id=document_id)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from werkzeug.exceptions import ClientDisconnected
 
-from app.errors import FleetError, InvalidRequest, TooLarge
+from app.errors import FleetError, InvalidRequest, StorageUnavailable, TooLarge
 from app.extensions import db
 from app.storage.base import StorageError
 from app.uploads import derived as derived_uploads
@@ -37,8 +37,8 @@ class InvalidUpload(FleetError):
     status, code = 422, "invalid_upload"
 
 
-class VerificationUnavailable(FleetError):
-    status, code, retryable = 503, "storage_unavailable", True
+class VerificationUnavailable(StorageUnavailable):
+    """An upload could not be verified or staged now."""
 
 
 class StaleUpload(FleetError):
