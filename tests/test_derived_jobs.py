@@ -172,6 +172,18 @@ def test_a_derived_pdf_that_is_not_its_sources_ocr_is_refused(app, client, api, 
     assert sql(app, "SELECT state FROM jobs WHERE project_id = 'papers-ocr'")[0][0] == "todo"
 
 
+def test_pages_where_ocr_found_no_words_need_no_text_layer(app, client, api, pdfs):
+    """Blank pages (a separator sheet, a photo without writing): OCR finds no
+    word and its PDF has no font to show one; that is a result, not a fault."""
+    _derive(api)
+    _archive_source(app, client, api, pdfs)
+    node, job = _claim_derived(client, app)
+    assert _put_text(node, job["attempt_id"], b" \n\f\n").status_code == 200
+    assert node.upload(job["attempt_id"], pdfs["no_text"]).status_code == 202
+    assert archive(app, job["attempt_id"]) == "done"
+    assert sql(app, "SELECT state FROM jobs WHERE project_id = 'papers-ocr'")[0][0] == "done"
+
+
 def test_a_derived_pdf_far_larger_than_its_source_is_refused(app, client, api, pdfs, tmp_path):
     from app.uploads import derived as derived_uploads
     _derive(api)

@@ -2,11 +2,8 @@
 consume process), OCRed by a real ``fleethq-worker run --task ocr``
 (Tesseract), and then found by its own word and read by a reader: PDF,
 single and multi-page bilevel TIFF, greyscale and 4-bit TIFF, PNG with and
-without DPI, colour PNG, JPEG, a skewed page and a large page.
-
-Not here: a page scanned sideways. OCRmyPDF 17.13 with --rotate-pages reads
-its text (the sidecar has it) but writes an empty text layer, which the
-master refuses (no_text_layer); see the stop's closing note."""
+without DPI, colour PNG, JPEG, a skewed page, a page scanned sideways, a
+large page, and a blank page (done, with no words)."""
 from __future__ import annotations
 
 import os
@@ -39,14 +36,17 @@ def _scans(d):
     large = Image.new("L", (3508, 4961), 255)  # A4 at 600 dpi
     large.paste(scans.page_image(["lantern the letter reads", "in plain words"]), (400, 400))
     large.save(d / "large.png", dpi=(600, 600))
-    made.update({"skewed.tif": d / "skewed.tif",
-                 "large.png": d / "large.png"})
+    sideways = scans.page_image(["tempest the letter reads", "in plain words"], rotate=90)
+    sideways.save(d / "sideways.tif", dpi=(150, 150))
+    Image.new("L", (1240, 1754), 255).save(d / "blank.png", dpi=(150, 150))
+    made.update({"skewed.tif": d / "skewed.tif", "sideways.tif": d / "sideways.tif",
+                 "large.png": d / "large.png", "blank.png": d / "blank.png"})
     return made
 
 
 WORDS = {"scan.pdf": "quartz", "bilevel.tif": "harbour", "multi.tif": "meadow", "grey.tif": "violin",
          "four-bit.tif": "falcon", "no-dpi.png": "granite", "colour.png": "orchid", "photo.jpg": "sailor",
-         "skewed.tif": "thunder", "large.png": "lantern"}
+         "skewed.tif": "thunder", "sideways.tif": "tempest", "large.png": "lantern"}
 
 
 def test_every_scan_format_dropped_in_is_ocred_searchable_and_readable(fleet, database_url, client,
@@ -81,6 +81,10 @@ def test_every_scan_format_dropped_in_is_ocred_searchable_and_readable(fleet, da
         hits = body(fleet.api.call("GET", f"/api/v1/fleethq/documents/search?q={word}"))["results"]
         assert [h["filename"] for h in hits] == [name], (name, word, hits)
     assert docs["multi.tif"]["pages"] == 2
+    blank = body(fleet.api.call("GET", f"/api/v1/fleethq/documents/{docs['blank.png']['document_id']}"
+                                "/pages"))
+    assert blank["pages"] == 1
+    assert "".join(s["text"] for page in blank["text"] for s in page["segments"]).strip() == "", blank
     # A reader opens one at its page, the word marked, and downloads the OCRed PDF.
     sign_in(fleet.app, client, "rita", roles=("reader",))
     shown = client.get(f"/documents/{docs['skewed.tif']['document_id']}?q=thunder").get_data(as_text=True)

@@ -104,6 +104,25 @@ def test_a_page_scanned_upside_down_is_turned_and_read(tmp_path):
     assert pdf_text(result.pdf_path)[0].split() == words(lines)
 
 
+@pytest.mark.parametrize("turn", [90, 270])
+def test_a_short_page_scanned_sideways_is_turned_and_read(tmp_path, turn):
+    # Two lines: orientation detection is unsure (below OCRmyPDF's threshold),
+    # the first pass drops the text it read as improbably shaped, the second
+    # turns the page by the unsure guess.
+    source = scanned_pdf(tmp_path / "sideways.pdf", [PAGE_ONE], rotate=turn)
+    result = run_ocr(source, tmp_path / "work", "eng")
+    assert result.text_path.read_text("utf-8").split() == words(PAGE_ONE)
+    assert pdf_text(result.pdf_path)[0].split() == words(PAGE_ONE)
+    assert (tmp_path / "work" / "ocrmypdf-turned.log").is_file()
+
+
+def test_a_blank_page_is_read_as_no_words(tmp_path):
+    source = scanned_pdf(tmp_path / "blank.pdf", [[]])
+    result = run_ocr(source, tmp_path / "work", "eng")
+    assert (result.pages, result.text_chars) == (1, 0)
+    assert pdf_text(result.pdf_path) == [""]
+
+
 def test_pages_with_text_are_kept_and_only_the_scanned_page_is_read(tmp_path):
     source = mixed_pdf(tmp_path / "mixed.pdf", ["Born digital page one"], PAGE_TWO)
     result = run_ocr(source, tmp_path / "work", "eng")

@@ -120,6 +120,9 @@ class Rules:
     """What a derived PDF must be, known before its body is read."""
     source_pages: int | None
     source_size: int
+    # Whether the worker's text has any word: a blank page, or a photo with
+    # no writing, is OCRed into a PDF with nothing to show and no font.
+    text_found: bool = True
 
     # The papers' minimum size guards against error pages posing as PDFs; an
     # OCRed one-bit scan of a short page is a few KB and is checked otherwise.
@@ -134,7 +137,7 @@ class Rules:
         if self.source_pages is not None and info.pages != self.source_pages:
             raise pdfcheck.PdfRejected(
                 "page_count", f"the derived PDF has {info.pages} pages, its source {self.source_pages}")
-        if not info.font_pages:
+        if self.text_found and not info.font_pages:
             raise pdfcheck.PdfRejected("no_text_layer", "the derived PDF has no text layer")
         if info.size > self.max_bytes:
             raise pdfcheck.PdfRejected(
@@ -148,16 +151,16 @@ def rules_for(attempt_id: int) -> Rules | None:
     was not uploaded first."""
     row = db.session.execute(text(
         "SELECT dj.source_pages, dj.source_size, "
-        "EXISTS (SELECT 1 FROM upload_texts t WHERE t.attempt_id = a.id) "
+        "(SELECT t.body ~ '\\S' FROM upload_texts t WHERE t.attempt_id = a.id) "
         "FROM attempts a JOIN derived_jobs dj ON dj.job_id = a.job_id WHERE a.id = :a"),
         {"a": attempt_id}).first()
     db.session.commit()
     if row is None:
         return None
-    if not row[2]:
+    if row[2] is None:
         raise InvalidRequest("a derived PDF needs its text first: PUT /api/v1/fleet/uploads/"
                              f"{attempt_id}/text", details={"field": "text"})
-    return Rules(row[0], row[1])
+    return Rules(row[0], row[1], text_found=row[2])
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ import shutil
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .errors import AlreadyHasText, BrokenWorker, PermanentFailure, RetryableFailure, failure_for_exit
@@ -97,12 +97,17 @@ def run_ocr(source: Path, scratch: Path, languages, limits: OcrLimits = OcrLimit
         # pages that kept their text the sidecar would only say "skipped"
         # there, so the text is read from the derived PDF instead.
         sidecar = text_path if skipped == 0 or options.mode != "skip-text" else None
-        ocr = run_limited(ocrmypdf_argv(source, pdf_path, langs, limits, sidecar=sidecar,
-                                        options=options),
-                          log_path=scratch / "ocrmypdf.log", env=env, cwd=scratch,
-                          time_limit_s=limits.time_limit(pages), memory_limit_bytes=limits.memory_bytes,
-                          nice=limits.nice, cancel=cancel)
-        _raise_for(ocr, pages, limits.time_limit(pages), limits.memory_bytes)
+        ocr = _ocrmypdf(source, pdf_path, langs, limits, sidecar, options, pages, scratch, env, cancel)
+        if options.rotates(limits) and _turned_text_dropped(ocr.log_path):
+            # A short page scanned sideways: Tesseract's orientation guess was
+            # below OCRmyPDF's threshold, so the page was read as it lay and
+            # its text layer dropped as improbably shaped (the sidecar keeps
+            # the words, the PDF shows none). Run again trusting the guess.
+            first = ocr
+            ocr = _ocrmypdf(source, pdf_path, langs, limits, sidecar, options, pages, scratch, env,
+                            cancel, trust_orientation=True, log_name="ocrmypdf-turned.log")
+            ocr = replace(ocr, seconds=first.seconds + ocr.seconds,
+                          peak_memory_bytes=max(first.peak_memory_bytes, ocr.peak_memory_bytes))
         if not pdf_path.is_file():
             raise RetryableFailure("invalid_output_pdf", "OCRmyPDF exited 0 but wrote no output")
         if sidecar is not None:
@@ -128,13 +133,37 @@ def run_ocr(source: Path, scratch: Path, languages, limits: OcrLimits = OcrLimit
 
 
 _MODE_FLAGS = {"skip-text": "--skip-text", "redo": "--redo-ocr", "force": "--force-ocr"}
+# What OCRmyPDF logs when it drops recognized text whose box has the wrong
+# shape for it: the sign of a turned page read as it lay.
+_DROPPED_TURNED_TEXT = b"Suppressing OCR output text with improbable aspect ratio"
+
+
+def _ocrmypdf(source: Path, pdf_path: Path, langs, limits: OcrLimits, sidecar, options: OcrOptions,
+              pages: int, scratch: Path, env, cancel, trust_orientation: bool = False,
+              log_name: str = "ocrmypdf.log") -> ChildOutcome:
+    outcome = run_limited(ocrmypdf_argv(source, pdf_path, langs, limits, sidecar=sidecar,
+                                        options=options, trust_orientation=trust_orientation),
+                          log_path=scratch / log_name, env=env, cwd=scratch,
+                          time_limit_s=limits.time_limit(pages), memory_limit_bytes=limits.memory_bytes,
+                          nice=limits.nice, cancel=cancel)
+    _raise_for(outcome, pages, limits.time_limit(pages), limits.memory_bytes)
+    return outcome
+
+
+def _turned_text_dropped(log_path: Path) -> bool:
+    with open(log_path, "rb") as log:
+        return any(_DROPPED_TURNED_TEXT in line for line in log)
 
 
 def ocrmypdf_argv(source: Path, output: Path, languages: tuple[str, ...], limits: OcrLimits,
-                  sidecar: Path | None = None, options: OcrOptions = OcrOptions()) -> list[str]:
+                  sidecar: Path | None = None, options: OcrOptions = OcrOptions(),
+                  trust_orientation: bool = False) -> list[str]:
     """The OCRmyPDF command line the engine runs (the benchmark runs the same one by hand);
     ``sidecar``: where OCRmyPDF writes the text it recognized (pages separated by form feeds);
-    ``options``: the job's profile (mode, deskew, rotate, clean, optimize)."""
+    ``options``: the job's profile (mode, deskew, rotate, clean, optimize);
+    ``trust_orientation``: turn pages by Tesseract's orientation guess however
+    unsure it is (OCRmyPDF's default wants confidence 14, which a page of a
+    few lines rarely reaches)."""
     argv = [sys.executable, "-m", "ocrmypdf", _MODE_FLAGS[options.mode], "--output-type", "pdf",
             "--rasterizer", "pypdfium", "--jobs", str(limits.effective_jobs()),
             "--language", "+".join(languages)]
@@ -142,6 +171,8 @@ def ocrmypdf_argv(source: Path, output: Path, languages: tuple[str, ...], limits
         argv += ["--sidecar", str(sidecar)]
     if options.rotates(limits):
         argv.append("--rotate-pages")
+        if trust_orientation:
+            argv += ["--rotate-pages-threshold", "0"]
     if options.deskews(limits):
         argv.append("--deskew")
     if options.clean:
