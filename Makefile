@@ -53,7 +53,7 @@ translations-update: install
 # Starts PostgreSQL and Redis (embedded unless DATABASE_URL / REDIS_URL are set),
 # migrates, and runs web + tasks + clock with a demo project.
 dev: install system-packages translations
-	$(BIN)/python -m app.devstack
+	$(BIN)/python -m app.dev
 
 # The slowest tests are listed at the end: where the suite's time goes.
 test: install system-packages translations

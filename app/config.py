@@ -3,7 +3,7 @@
 ``FLEETHQ_<NAME>`` sets any key below (values of numeric, boolean and list
 settings are parsed as JSON; text settings are taken as given); ``DATABASE_URL`` and ``REDIS_URL`` keep their usual names.
 When ``DATABASE_URL`` is set nowhere, a running ``make dev`` stack found in
-the data directory supplies both (:mod:`app.devstate`).
+the data directory supplies both (:mod:`app.dev.state`).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def reported():
 
 class Defaults:
     # Each setting has its own comment: docs/configuration.md and
-    # .env.example are generated from them (python -m app.config_reference).
+    # .env.example are generated from them (python -m app.dev.config_reference).
 
     # The key sessions, CSRF tokens, signed links and sealed machine tokens
     # rest on; unset, each process makes one of its own (fine for a demo only).
@@ -229,7 +229,7 @@ def load(overrides: dict | None = None) -> dict:
     cfg.update(overrides)
     if not ("DATABASE_URL" in overrides or os.environ.get("DATABASE_URL")
             or os.environ.get("FLEETHQ_DATABASE_URL")):
-        from app import devstate
+        from app.dev import state as devstate
         found = devstate.live_urls(cfg["DATA_DIR"])
         if "REDIS_URL" in overrides or os.environ.get("REDIS_URL") or os.environ.get("FLEETHQ_REDIS_URL"):
             found.pop("REDIS_URL", None)

@@ -205,7 +205,7 @@ class Chaos:
     # --- services ---------------------------------------------------------------
 
     def start_services(self) -> None:
-        from app import embedded
+        from app.dev import embedded
         from tests.publisher import Publisher
         from tests.test_archive import MotoServer
         import logging
@@ -433,7 +433,7 @@ class Chaos:
             self.wait_redis()
             return "Redis killed and restarted empty"
         if kind == "restart_postgres":
-            from app import embedded
+            from app.dev import embedded
             embedded.stop_postgres(self.pg_dir)
             time.sleep(self.rng.uniform(0.5, 3))
             embedded.start_postgres(self.pg_dir, database="fleethq")
@@ -658,7 +658,7 @@ class Chaos:
             if hasattr(self, stopper):
                 getattr(self, stopper).stop()
         if hasattr(self, "pg_dir"):
-            from app import embedded
+            from app.dev import embedded
             embedded.stop_postgres(self.pg_dir)
         if keep:
             log(f"logs kept in {self.logs}")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import re
 
-from app import config, config_reference
+from app import config
+from app.dev import config_reference
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Keys the code reads that are not settings: built at load, or Flask's own.
@@ -24,9 +25,9 @@ def _read(path: str) -> str:
 
 def test_the_reference_and_the_env_example_are_current():
     assert _read("docs/configuration.md") == config_reference.render_markdown(), \
-        "run: python -m app.config_reference --write"
+        "run: python -m app.dev.config_reference --write"
     assert _read(".env.example") == config_reference.render_env_example(), \
-        "run: python -m app.config_reference --write"
+        "run: python -m app.dev.config_reference --write"
 
 
 def test_every_setting_has_a_comment_of_its_own():

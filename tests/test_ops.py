@@ -388,14 +388,14 @@ def _flask(cwd, *args, **env) -> subprocess.CompletedProcess:
 
 
 class DevStack:
-    """``python -m app.devstack --no-demo`` (what `make dev` runs) in its own directory."""
+    """``python -m app.dev --no-demo`` (what `make dev` runs) in its own directory."""
 
     def __init__(self, root):
         self.root = root
         self.lines: list[str] = []
         self.ready = threading.Event()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.devstack", "--no-demo"], cwd=root,
+            [sys.executable, "-m", "app.dev", "--no-demo"], cwd=root,
             env=_second_shell_env(FLEETHQ_PORT=str(free_port())),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         threading.Thread(target=self._read, daemon=True).start()
@@ -418,7 +418,7 @@ class DevStack:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        from app import embedded
+        from app.dev import embedded
         # True when make dev did not stop its PostgreSQL itself.
         self.left_postgres_running = embedded.stop_postgres(os.path.join(self.root, "var", "pg"))
 
@@ -529,7 +529,8 @@ def _use_the_stack_from_a_second_shell(stack, root, state_file):
 
 def test_config_uses_a_dev_stack_record_only_when_its_database_answers(tmp_path, monkeypatch,
                                                                      database_url, redis_url):
-    from app import config, devstate
+    from app import config
+    from app.dev import state as devstate
     for name in ("DATABASE_URL", "REDIS_URL", "FLEETHQ_DATABASE_URL", "FLEETHQ_REDIS_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("FLEETHQ_DATA_DIR", str(tmp_path))
@@ -565,7 +566,7 @@ def test_config_uses_a_dev_stack_record_only_when_its_database_answers(tmp_path,
 def test_a_stack_removes_only_its_own_record(tmp_path):
     import json
 
-    from app import devstate
+    from app.dev import state as devstate
     path = tmp_path / devstate.STATE_FILE
     path.write_text(json.dumps({"pid": os.getpid() + 1, "database_url": "postgresql://x/y"}))
     devstate.remove(tmp_path)  # another stack's record: kept
@@ -595,8 +596,8 @@ def test_local_worker_finds_the_make_dev_stack_it_runs_beside(tmp_path, monkeypa
     not 8400; with no live stack there, at 8400."""
     import socket
 
-    from app import devstate
-    from app.cli_lanes import _default_master_url
+    from app.dev import state as devstate
+    from app.cli.lanes import _default_master_url
     monkeypatch.delenv("FLEETHQ_BIND", raising=False)
     monkeypatch.delenv("PORT", raising=False)
     with socket.socket() as listener:

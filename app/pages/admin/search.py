@@ -11,7 +11,7 @@ from __future__ import annotations
 from flask import render_template, request
 
 from app.errors import InvalidRequest
-from app.pages.admin import bp
+from app.pages.admin.base import bp
 from app.projects import service
 from app.search import query
 

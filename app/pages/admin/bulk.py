@@ -16,7 +16,7 @@ from flask_babel import gettext as _
 from app import audit
 from app.errors import FleetError, InvalidRequest, NotFound
 from app.extensions import db
-from app.pages.admin import actor, bp, cursor_arg, done, explain, form_reason, go, refuse
+from app.pages.admin.base import actor, bp, cursor_arg, done, explain, form_reason, go, refuse
 from app.projects import bulk, job_search, service
 from app.projects.models import BULK_ACTIONS, JOB_STATES
 from workers.protocol import JOB_TYPES

@@ -10,7 +10,7 @@ from flask_babel import gettext as _
 from app.documents import intake
 from app.errors import FleetError, InvalidRequest
 from app.extensions import db
-from app.pages.admin import actor, bp, done, refuse
+from app.pages.admin.base import actor, bp, done, refuse
 from app.storage import shared_store
 from app.uploads.spool import Spool
 

@@ -1,6 +1,5 @@
-"""Admin pages (DESIGN §10): one blueprint, its views split along their seams
-into ``admin_dashboard``, ``admin_projects``, ``admin_enqueue``, ``admin_jobs``,
-``admin_workers``, ``admin_users``, ``admin_hooks`` and ``admin_search``.
+"""The admin pages' blueprint (DESIGN §10), its gates, and the helpers its
+views share; the views live beside it in :mod:`app.pages.admin`.
 
 Every view keeps one rhythm (STYLE.md): GET renders; POST validates, calls one
 service, flashes and redirects with 303. A domain error (an invalid
@@ -151,9 +150,3 @@ def _json(value) -> str:
     if value is None:
         return ""
     return json.dumps(value, indent=1, ensure_ascii=False, sort_keys=True)
-
-
-# The route modules register their views on ``bp`` when imported.
-from app.pages import (admin_audit, admin_bulk, admin_dashboard, admin_documents,  # noqa: E402,F401
-                       admin_enqueue, admin_hooks, admin_jobs, admin_projects, admin_search,
-                       admin_users, admin_workers)

@@ -2,7 +2,7 @@
 ``app.config.Defaults``: each setting's name, environment variable, default
 and the comment written above (or beside) it in the code.
 
-    python -m app.config_reference --write   # docs/configuration.md, .env.example
+    python -m app.dev.config_reference --write   # docs/configuration.md, .env.example
 
 ``tests/test_config_reference.py`` fails when either file is not current.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from app import config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOC = os.path.join(ROOT, "docs", "configuration.md")
 ENV_EXAMPLE = os.path.join(ROOT, ".env.example")
 # Built from others at load time, or Flask-SQLAlchemy's own: not settings of ours.
@@ -92,7 +92,7 @@ def settings() -> list[Setting]:
 
 def render_markdown() -> str:
     out = ["# Configuration reference", "",
-           "Generated from `app/config.py` by `python -m app.config_reference --write`;",
+           "Generated from `app/config.py` by `python -m app.dev.config_reference --write`;",
            "do not edit by hand. Every setting is read from the environment:",
            "`FLEETHQ_<NAME>` (numbers, booleans and lists as JSON, text as given),",
            "`DATABASE_URL` and `REDIS_URL` under their usual names, and the S3 store's",
@@ -110,7 +110,7 @@ def render_markdown() -> str:
 
 def render_env_example() -> str:
     out = ["# FleetHQ settings, one per line, each commented out at its default.",
-           "# Generated from app/config.py by `python -m app.config_reference --write`.",
+           "# Generated from app/config.py by `python -m app.dev.config_reference --write`.",
            "# Copy to .env, uncomment and set what your deployment needs; secrets are",
            "# better given as files (FLEETHQ_SECRET_KEY_FILE) than as values here.", ""]
     for s in settings():

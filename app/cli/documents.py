@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from app.cli import _fail, fleet
+from app.cli.group import fail, fleet
 from app.errors import FleetError
 
 
@@ -34,7 +34,7 @@ def add(project_id, languages, files):
     try:
         intake.documents_project(project_id)
     except FleetError as exc:
-        _fail(exc)
+        fail(exc)
     store, spool = shared_store(cfg), Spool.from_config(cfg)
     refused = 0
     for path in files:
@@ -75,7 +75,7 @@ def ocr_again(profile_name, languages, project_id, document_ids):
         result = runs.reocr({"name": profile_name, "languages": languages}, project_id=project_id,
                             document_ids=list(document_ids) or None, actor="cli")
     except FleetError as exc:
-        _fail(exc)
+        fail(exc)
     click.echo(f"profile {profile_name} ({languages}): {len(result['queued'])} queued, "
                f"{len(result['already_queued'])} already queued, {len(result['skipped'])} skipped "
                "(already had a run of this profile)")

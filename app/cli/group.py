@@ -1,4 +1,8 @@
-"""How ``flask fleet`` commands reach their database.
+"""The ``flask fleet`` group, how its commands reach their database, and how they answer.
+
+- :data:`fleet`: the group every command module of :mod:`app.cli` adds to;
+  :func:`fail` (a refusal: ``error: code: message`` on stderr, exit 1) and
+  :func:`emit` (a result: indented JSON on stdout).
 
 - :func:`database_url_option` adds ``--database-url URL`` (SavewebHQ's
   ``tracker`` flag) to a command: the command then runs against that database
@@ -12,13 +16,16 @@
 from __future__ import annotations
 
 import functools
+import json
 import sys
 
 import click
 from flask import current_app
 from flask.cli import AppGroup
 
-__all__ = ["FleetGroup", "database_url_option"]
+from app.errors import FleetError
+
+__all__ = ["FleetGroup", "database_url_option", "emit", "fail", "fleet"]
 
 # Where a --database-url override leaves its URL for the error message.
 _META_URL = "fleethq.database_url"
@@ -99,8 +106,8 @@ def _database_trouble(exc: BaseException, ctx: click.Context) -> str | None:
 
 def _shown_url(ctx: click.Context) -> str:
     """The URL the command used, with any password hidden."""
-    from sqlalchemy.engine import make_url
     from flask.cli import ScriptInfo
+    from sqlalchemy.engine import make_url
     url = ctx.meta.get(_META_URL)
     if url is None:
         info = ctx.find_object(ScriptInfo)
@@ -112,3 +119,17 @@ def _shown_url(ctx: click.Context) -> str:
         return make_url(url).render_as_string(hide_password=True)
     except Exception:  # not a URL SQLAlchemy can parse: show nothing of it
         return "(unparsable URL)"
+
+
+fleet = FleetGroup("fleet", help="Administer FleetHQ from the master host.")
+
+
+def fail(exc: FleetError):
+    click.echo(f"error: {exc.code}: {exc.message}", err=True)
+    if exc.details:
+        click.echo(json.dumps(exc.details), err=True)
+    sys.exit(1)
+
+
+def emit(obj) -> None:
+    click.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))

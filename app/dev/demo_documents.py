@@ -1,4 +1,4 @@
-"""The documents demo of ``make dev`` (:mod:`app.devstack`), after the OCR demo.
+"""The documents demo of ``make dev`` (:mod:`app.dev`), after the OCR demo.
 
 A scanned letter (a two-page one-bit TIFF, as a flatbed scanner writes it)
 is dropped into the consume folder (``var/consume``), which the ``consume``
@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from app.devdemo import WORKER_VERSION, api
-from app.devprocs import Stack, StepFailed, say
+from app.dev.demo import WORKER_VERSION, api
+from app.dev.procs import Stack, StepFailed, say
 
 PROJECT = "documents"
 LETTER = "letter-to-the-harbour-master.tif"
@@ -29,7 +29,7 @@ def make_project(base: str, token: str) -> None:
 
 
 def _letter(var: Path) -> Path:
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     if root not in sys.path:
         sys.path.insert(0, root)
     from tests.scans import image_file  # the test suite's scanner doubles as the demo's

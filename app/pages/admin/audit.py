@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import render_template, request, url_for
 
 from app import audit
-from app.pages.admin import bp, cursor_arg
+from app.pages.admin.base import bp, cursor_arg
 
 PAGE_SIZE = 100
 FILTERS = ("actor", "action", "object_kind", "object_id")

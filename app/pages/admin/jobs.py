@@ -8,8 +8,8 @@ from sqlalchemy import text
 
 from app.errors import Conflict, FleetError, InvalidRequest, NotFound
 from app.extensions import db
-from app.pages import admin_lookups
-from app.pages.admin import attempt, bp, decimal_id, done, explain, form_reason, refuse
+from app.pages.admin import lookups as admin_lookups
+from app.pages.admin.base import attempt, bp, decimal_id, done, explain, form_reason, refuse
 from app.projects import jobs_admin, service
 from app.uploads import receipts
 

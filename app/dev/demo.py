@@ -1,4 +1,4 @@
-"""The demos ``make dev`` fills the master with (:mod:`app.devstack`).
+"""The demos ``make dev`` fills the master with (:mod:`app.dev`).
 
 A generic project of 300 jobs, then the pdf demo: the local test publisher, a
 ``demo-papers`` project of 50 papers and the local fetcher (``flask fleet
@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from app.devprocs import Stack, StepFailed, print_lock, say
+from app.dev.procs import Stack, StepFailed, print_lock, say
 
 DEMO_PROJECT = "demo"
 DEMO_JOBS = 300
@@ -61,7 +61,7 @@ def demo_papers() -> list[str]:
 
 def start_publisher(stack: Stack):
     # The test suite's publisher doubles as the demo's internet (repo checkout only).
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     if root not in sys.path:
         sys.path.insert(0, root)
     from tests.publisher import Publisher

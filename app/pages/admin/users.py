@@ -8,8 +8,9 @@ from flask_babel import gettext as _, ngettext
 from app.accounts import service as accounts
 from app.accounts.models import ROLES, USER_STATUSES
 from app.errors import InvalidRequest, NotFound
-from app.pages import admin_lookups, sessions
-from app.pages.admin import actor, attempt, bp, refuse, shown_once
+from app.pages import sessions
+from app.pages.admin import lookups as admin_lookups
+from app.pages.admin.base import actor, attempt, bp, refuse, shown_once
 
 
 @bp.get("/users")

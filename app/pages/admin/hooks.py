@@ -10,7 +10,7 @@ from app.errors import FleetError, InvalidRequest
 from app.extensions import db
 from app.hooks import backfill, consumers, deliveries
 from app.hooks.models import COMPLETION_TIMEOUT_BOUNDS_S, COMPLETION_TIMEOUT_DEFAULT_S, DELIVERY_STATES
-from app.pages.admin import attempt, bp, decimal_id, explain, refuse, shown_once
+from app.pages.admin.base import attempt, bp, decimal_id, explain, refuse, shown_once
 from app.projects import service
 
 DELIVERY_ROWS = 100

@@ -1,4 +1,4 @@
-"""Process supervision for ``make dev`` (:mod:`app.devstack`): the embedded
+"""Process supervision for ``make dev`` (:mod:`app.dev`): the embedded
 services, one-shot steps and long-running children with prefixed output, in
 start order, stopped in reverse.
 """
@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
-from app import embedded
+from app.dev import embedded
 
 
 class StepFailed(Exception):

@@ -1,4 +1,4 @@
-"""The OCR demo of ``make dev`` (:mod:`app.devstack`), after the pdf demo.
+"""The OCR demo of ``make dev`` (:mod:`app.dev`), after the pdf demo.
 
 Scanned papers (rendered words as images, no text layer) go into
 ``demo-scans`` the way a worker uploads a download; its derive consumer
@@ -25,18 +25,18 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from app.devdemo import WORKER_VERSION, api
-from app.devprocs import Stack, StepFailed, say
+from app.dev.demo import WORKER_VERSION, api
+from app.dev.procs import Stack, StepFailed, say
 
 SOURCE, TARGET = "demo-scans", "demo-scans-ocr"
-DOCUMENTS = "documents"  # app/devdemo_documents.py: the consume folder's project
+DOCUMENTS = "documents"  # app/dev/demo_documents.py: the consume folder's project
 AS_WORKER = {"X-Client-Version": WORKER_VERSION}
 SCANS = [["harbour lantern", "meadow violin"], ["falcon granite"], ["orchid sailor", "copper whisper"],
          ["thunder marble"], ["candle forest", "silver river"], ["garden window"]]
 
 
 def _scan_bytes(var: Path, n: int, lines: list[str]) -> bytes:
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     if root not in sys.path:
         sys.path.insert(0, root)
     from tests.scans import scanned_pdf  # the test suite's scanner doubles as the demo's

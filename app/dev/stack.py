@@ -10,7 +10,7 @@ test publisher, a ``demo-papers`` project of 50 papers, and the ``fetcher``
 With ``--no-demo`` there is no pdf project for it, so no fetcher starts. Ctrl-C or SIGTERM stops the children, then the
 publisher, Redis and PostgreSQL.
 
-    python -m app.devstack [--no-demo] [--stop]
+    python -m app.dev [--no-demo] [--stop]
 """
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ import sys
 import time
 from pathlib import Path
 
-from app import devstate, embedded
-from app.devdemo import DEMO_PROJECT, demo, pdf_demo
-from app.devdemo_documents import PROJECT as DOCUMENTS_PROJECT
-from app.devdemo_documents import documents_demo, make_project
-from app.devdemo_ocr import ocr_demo
-from app.devprocs import Stack, StepFailed, Stop, print_lock, say, wait_ready
+from app.dev import embedded, state as devstate
+from app.dev.demo import DEMO_PROJECT, demo, pdf_demo
+from app.dev.demo_documents import PROJECT as DOCUMENTS_PROJECT
+from app.dev.demo_documents import documents_demo, make_project
+from app.dev.demo_ocr import ocr_demo
+from app.dev.procs import Stack, StepFailed, Stop, print_lock, say, wait_ready
 
 
 def banner(base: str, token: str, token_file: Path) -> str:
@@ -120,7 +120,7 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.devstack", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m app.dev", description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-demo", action="store_true", help="do not create the demo project")
     parser.add_argument("--stop", action="store_true",
                         help="stop an embedded PostgreSQL left running in ./var/pg, then exit")
@@ -142,6 +142,3 @@ def main(argv=None) -> int:
         say("devstack", f"error: {exc}")
         return 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

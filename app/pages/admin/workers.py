@@ -18,8 +18,9 @@ from app import audit
 from app.fleet import activity, lanes, listing
 from app.fleet import service as fleet
 from app.fleet.models import TIERS
-from app.pages import admin_lookups, aggregates
-from app.pages.admin import actor, attempt, bp, form_reason, refuse, shown_once
+from app.pages import aggregates
+from app.pages.admin import lookups as admin_lookups
+from app.pages.admin.base import actor, attempt, bp, form_reason, refuse, shown_once
 from app.pages.links import master_url
 from app.uploads import held
 from app.uploads.spool import Spool, in_store

@@ -12,7 +12,7 @@ from flask_babel import gettext as _
 from app.hooks import deliveries
 from app.ops import retention_stats
 from app.pages import aggregates, charts
-from app.pages.admin import bp
+from app.pages.admin.base import bp
 from app.projects import service
 from app.uploads import spool
 

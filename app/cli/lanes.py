@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from app.cli import _emit, _fail, fleet
+from app.cli.group import emit, fail, fleet
 from app.errors import FleetError
 from app.fleet.models import TIERS
 
@@ -27,9 +27,9 @@ def set_tier(worker_id, tier, user_id):
     """Make a node (or a token worker, with --user) first choice or fallback."""
     from app.fleet import lanes
     try:
-        _emit(lanes.set_tier(worker_id, tier, user_id))
+        emit(lanes.set_tier(worker_id, tier, user_id))
     except FleetError as exc:
-        _fail(exc)
+        fail(exc)
 
 
 @fleet.command("remote")
@@ -42,9 +42,9 @@ def remote(state):
     """
     from app.fleet import lanes
     if state == "status":
-        _emit({"remote": "on" if lanes.remote_enabled() else "off"})
+        emit({"remote": "on" if lanes.remote_enabled() else "off"})
     else:
-        _emit(lanes.set_remote(state == "on", actor="cli"))
+        emit(lanes.set_remote(state == "on", actor="cli"))
 
 
 def _default_master_url(data_dir: str) -> str:
@@ -53,7 +53,7 @@ def _default_master_url(data_dir: str) -> str:
     bind = os.environ.get("FLEETHQ_BIND", "")
     port = bind.rsplit(":", 1)[-1] if ":" in bind else os.environ.get("PORT")
     if port is None:
-        from app import devstate
+        from app.dev import state as devstate
         found = devstate.web_url(data_dir)
         if found:
             return found
@@ -102,12 +102,12 @@ def local_worker(tier, concurrency, volume, master_url, name, worker_args):
     try:
         node = lanes.ensure_local_node(identity.worker_id, identity.name, identity.secret, tier)
     except FleetError as exc:
-        _fail(exc)
+        fail(exc)
     if not identity.registered:
         identity.registered = True
         store.save_identity(identity)
     store.close()  # fleethq-worker takes the lock again
-    _emit({**node, "volume": str(root), "master": master_url})
+    emit({**node, "volume": str(root), "master": master_url})
     db.session.remove()
     db.engine.dispose()  # the worker below has no database connection
     env = {k: v for k, v in os.environ.items() if k not in _NOT_FOR_THE_WORKER

@@ -13,7 +13,7 @@ from flask import current_app, request
 from flask_babel import gettext as _
 
 from app.errors import InvalidJob, InvalidRequest, TooLarge
-from app.pages.admin import attempt, bp
+from app.pages.admin.base import attempt, bp
 from app.projects import enqueue, service, source_import
 from workers.protocol import (JsonTooDeep, SpecError, default_job_id, normalize_jobspec,
                               strict_json_loads)

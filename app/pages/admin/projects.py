@@ -10,7 +10,7 @@ from app import audit
 from app.errors import FleetError, InvalidRequest, NotFound
 from app.extensions import db
 from app.pages import aggregates, charts
-from app.pages.admin import attempt, bp, done, explain, refuse
+from app.pages.admin.base import attempt, bp, done, explain, refuse
 from app.projects import bulk, jobs_admin, policy, service
 from app.projects.models import JOB_STATES, PROJECT_KINDS
 

@@ -1,0 +1,202 @@
+"""``flask fleet`` projects: put-project (SavewebHQ's ``tracker put-project``
+flags, parsed as tracker parses them), projects, enqueue-source."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from app.cli.group import database_url_option, emit, fail, fleet
+from app.errors import FleetError, InvalidRequest
+
+
+def _policy_options(fn):
+    from app.projects.policy import RULES
+    for name in reversed(list(RULES)):
+        fn = click.option(f"--{name.replace('_', '-')}", name, default=None,
+                          help=_POLICY_HELP.get(name) or _json_help(name))(fn)
+    return fn
+
+
+def _json_help(name: str) -> str:
+    from app.projects.policy import HELP
+    return "JSON value (null clears)" + (f": {HELP[name]}" if name in HELP else "")
+
+
+_POLICY_HELP = {
+    "kind": "generic, pdf or documents (fixed at creation)",
+    "status": "active (default), draining or archived",
+    "identity_mode": "external_id (default), unique_value or none (fixed at creation)",
+    "claim_order": "fifo (default) or random; kept when omitted",
+    "max_resets": "0..1000 (default 3)",
+    "recommended_lease_seconds": "1..3600 (default 300)",
+    "dispatch_qps": "jobs per second for the project; empty means unlimited",
+    "worker_claim_qps": "claims per second per worker; empty means unlimited",
+    "max_jobs_per_claim": "1..256 (0 means 256)",
+    "client_versions": "comma-separated allowed worker client versions",
+    "fallback_after_seconds": "FleetHQ only: 0..86400 (default 60), seconds a job waits before a "
+                              "fallback-tier worker may take it",
+}
+
+
+def _text(raw: str):
+    return raw
+
+
+def _rate(raw: str):
+    """tracker's QPS flags: empty (or FleetHQ's ``null``) means unlimited."""
+    text = raw.strip()
+    if text in ("", "null"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return raw  # the policy check names the field and its range
+
+
+def _integer(raw: str):
+    try:
+        return int(raw.strip())
+    except ValueError:
+        return raw
+
+
+def _claim_batch(raw: str):
+    value = _integer(raw)
+    return 256 if value == 0 else value  # tracker: 0 means the largest batch
+
+
+def _client_versions(raw: str):
+    """tracker's parsing: comma-separated, each entry trimmed; empty means none."""
+    if raw == "":
+        return []
+    versions = [v.strip() for v in raw.split(",")]
+    if len(set(versions)) != len(versions):
+        raise InvalidRequest("client_versions entries must be unique",
+                             details={"field": "client_versions"})
+    return versions
+
+
+# SavewebHQ's tracker flags parse their values as tracker does; FleetHQ's own
+# fields take JSON values (null clears a nullable one).
+_PARSERS = {
+    "kind": _text, "status": _text, "identity_mode": _text, "claim_order": _text,
+    "dispatch_qps": _rate, "worker_claim_qps": _rate,
+    "max_jobs_per_claim": _claim_batch, "max_resets": _integer,
+    "recommended_lease_seconds": _integer, "client_versions": _client_versions,
+}
+# tracker put-project always sets these (their defaults when a flag is
+# omitted) and leaves every other field of an existing project as it is.
+_TRACKER_FIELDS = ("status", "dispatch_qps", "worker_claim_qps", "max_jobs_per_claim",
+                   "max_resets", "recommended_lease_seconds", "client_versions")
+
+
+def _parse_policy(values: dict) -> dict:
+    fields = {}
+    for name, raw in values.items():
+        if raw is None or (raw == "" and name in ("identity_mode", "claim_order")):
+            continue  # not given; tracker: an empty mode or order means the default
+        parser = _PARSERS.get(name)
+        if parser is not None:
+            fields[name] = parser(raw)
+            continue
+        try:
+            fields[name] = json.loads(raw)
+        except ValueError:
+            raise InvalidRequest(f"{name} must be a JSON value", details={"field": name}) from None
+    return fields
+
+
+def _one_value(name: str, positional, flag):
+    if positional is not None and flag is not None and positional != flag:
+        raise click.UsageError(f"give the {name} once (argument or flag)")
+    value = flag if flag is not None else positional
+    if value is None:
+        raise click.UsageError(f"the {name} is required")
+    return value
+
+
+@fleet.command("put-project")
+@database_url_option
+@click.argument("project_id", required=False)
+@click.option("--project-id", "project_id_flag", default=None, metavar="P",
+              help="Project identifier (or give it as the argument).")
+@click.option("--patch", is_flag=True, help="Change only the given fields.")
+@_policy_options
+def put_project(project_id, project_id_flag, patch, **values):
+    """Create a project or change its policy (SavewebHQ's tracker put-project).
+
+    Without --patch, an existing project gets the given fields, tracker's
+    defaults for its omitted ones (status, both QPS, max jobs per claim, max
+    resets, lease, client versions), and keeps everything else (claim order,
+    FleetHQ's scheduling fields).
+    """
+    from app.errors import NotFound
+    from app.projects import policy, service
+    project_id = _one_value("project ID (--project-id)", project_id, project_id_flag)
+    try:
+        fields = _parse_policy(values)
+        partial = patch
+        if not patch:
+            try:
+                kind = service.view(project_id).kind
+            except NotFound:
+                kind = None
+            if kind is not None:
+                defaults = policy.defaults(kind)
+                fields = {**{name: defaults[name] for name in _TRACKER_FIELDS}, **fields}
+                partial = True
+        project, created = service.put(project_id, fields, partial=partial)
+        emit({"created": created, **service.summary(project)})
+    except FleetError as exc:
+        fail(exc)
+
+
+@fleet.command("projects")
+def list_projects():
+    """List projects with their job counts."""
+    from app.projects import service
+    emit(service.list_summaries())
+
+
+# A local import reads a file the operator chose: tracker's limits, not the
+# HTTP route's (SOURCE_MAX_*).
+SOURCE_CLI_MAX_BYTES = 1 << 40
+SOURCE_CLI_MAX_JOBS = 100_000_000
+
+
+@fleet.command("enqueue-source")
+@database_url_option
+@click.argument("project_id", required=False)
+@click.argument("source", type=click.File("rb"), required=False)
+@click.option("--project-id", "project_id_flag", default=None, metavar="P",
+              help="Existing project (or give it as the first argument).")
+@click.option("--input", "input_file", type=click.File("rb"), default=None, metavar="FILE",
+              help="jobs-jsonl-zstd-v1 source file, - for stdin (or the second argument).")
+@click.option("--max-jobs", type=click.IntRange(min=1), default=SOURCE_CLI_MAX_JOBS,
+              show_default=True, help="Stop with too_large past this many jobs.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None,
+              help="Jobs per commit (default SOURCE_BATCH).")
+def enqueue_source(project_id, source, project_id_flag, input_file, max_jobs, batch_size):
+    """Import a jobs-jsonl-zstd-v1 file (streamed, committed in batches)."""
+    from flask import current_app
+
+    from app.projects import source_import
+    from workers.source import Limits
+    project_id = _one_value("project ID (--project-id)", project_id, project_id_flag)
+    if source is not None and input_file is not None:
+        raise click.UsageError("give the source file once (argument or --input)")
+    stream = input_file or source
+    if stream is None:
+        raise click.UsageError("the source file (--input) is required")
+    cfg = current_app.config
+    limits = Limits(max_compressed=SOURCE_CLI_MAX_BYTES, max_expanded=SOURCE_CLI_MAX_BYTES,
+                    max_jobs=max_jobs, max_line=cfg["SOURCE_MAX_LINE"],
+                    max_window=cfg["SOURCE_MAX_WINDOW"])
+    try:
+        result = source_import.import_source(project_id, stream, limits=limits,
+                                             batch_size=batch_size or cfg["SOURCE_BATCH"])
+    except FleetError as exc:
+        fail(exc)
+    emit({"project_id": project_id, "jobs": result.jobs, "inserted": result.inserted,
+           "uncompressed_bytes": result.uncompressed_bytes})

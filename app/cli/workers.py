@@ -1,0 +1,68 @@
+"""``flask fleet`` workers: enroll, worker (approve, reject, drain, enable,
+revoke), workers, add-hook."""
+from __future__ import annotations
+
+import click
+
+from app.cli.group import emit, fail, fleet
+from app.errors import FleetError
+
+
+@fleet.command("enroll")
+@click.option("--valid-minutes", default=15, show_default=True, type=click.IntRange(1, 24 * 60))
+@click.option("--created-by", default="cli")
+def enroll(valid_minutes, created_by):
+    """Create a one-use enrollment credential (printed once)."""
+    from datetime import timedelta
+
+    from app.fleet import service as fleet_service
+    click.echo(fleet_service.create_enrollment(created_by, timedelta(minutes=valid_minutes)))
+
+
+@fleet.command("worker")
+@click.argument("action", type=click.Choice(["approve", "reject", "drain", "enable", "revoke"]))
+@click.argument("worker_id")
+@click.option("--user", "user_id", default=None,
+              help="For a token worker: the user whose machine token it uses.")
+@click.option("--reason", default=None, help="Why (kept in the audit log).")
+def worker_action(action, worker_id, user_id, reason):
+    """Approve, reject, drain, enable or revoke a node (or a token worker with --user)."""
+    from app.fleet import service as fleet_service
+    try:
+        if user_id:
+            worker = fleet_service.decide_token_worker(user_id, worker_id, action, reason=reason)
+            emit({"worker_id": worker.worker_id, "user_id": worker.user_id, "status": worker.status})
+        else:
+            node = fleet_service.decide(worker_id, action, actor="cli", reason=reason)
+            emit({"worker_id": node.id, "name": node.name, "status": node.status})
+    except FleetError as exc:
+        fail(exc)
+
+
+@fleet.command("workers")
+def list_workers():
+    """Nodes and token workers with capacity, running attempts and heartbeat age."""
+    from flask import current_app
+
+    from app.fleet import listing
+    emit(listing.workers(current_app.config["WORKER_STALE_S"]))
+
+
+@fleet.command("add-hook")
+@click.argument("project_id")
+@click.option("--name", required=True)
+@click.option("--url", required=True)
+@click.option("--secret", default=None, help="Shared HMAC secret (generated when omitted).")
+@click.option("--completion-timeout-seconds", type=int, default=3600, show_default=True,
+              help="After a 202 answer, send the delivery again when no callback came within this.")
+def add_hook(project_id, name, url, secret, completion_timeout_seconds):
+    """Add a webhook consumer to a project (the secret is printed once).
+    Assets the project archived before are delivered to it too (backfill)."""
+    from app.hooks import consumers
+    from app.projects import service
+    try:
+        service.get(project_id)
+        emit(consumers.create(project_id, name, url, secret,
+                               completion_timeout_seconds=completion_timeout_seconds))
+    except FleetError as exc:
+        fail(exc)
