@@ -16,7 +16,7 @@ from app.extensions import db, migrate  # noqa: E402
 
 def create_app(config: dict | None = None, *, check_schema: bool = True,
                outbox_sender=None) -> Flask:
-    """``outbox_sender`` (an ``app.hooks.outbox.Sender``) carries the outbox's
+    """``outbox_sender`` (an ``app.outbox.Sender``) carries the outbox's
     after-commit hints; without one, ``OUTBOX_SENDER`` chooses it."""
     app = Flask(__name__, template_folder="../templates")
     # Keep documented field order in responses; sorting also costs time on hot routes.
@@ -68,7 +68,7 @@ def create_app(config: dict | None = None, *, check_schema: bool = True,
     from app import cli
     cli.init_app(app)
 
-    from app.hooks import outbox
+    from app import outbox
     outbox.install(app, _outbox_sender(app.config) if outbox_sender is None else outbox_sender)
 
     if check_schema:
@@ -81,7 +81,7 @@ def _outbox_sender(config):
     """``recording`` keeps hints in memory (tests); ``dramatiq`` sends them
     to the tasks process. The one place in app/ that knows the tasks package:
     this is where the parts are put together."""
-    from app.hooks import outbox
+    from app import outbox
     if config["OUTBOX_SENDER"] == "recording":
         return outbox.RecordingSender()
     import tasks

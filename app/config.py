@@ -3,14 +3,17 @@
 ``FLEETHQ_<NAME>`` sets any key below (values of numeric, boolean and list
 settings are parsed as JSON; text settings are taken as given); ``DATABASE_URL`` and ``REDIS_URL`` keep their usual names.
 When ``DATABASE_URL`` is set nowhere, a running ``make dev`` stack found in
-the data directory supplies both (:mod:`app.dev.state`).
+the data directory supplies both (:func:`stack_urls`).
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import socket
 import sys
+from pathlib import Path
+from urllib.parse import urlsplit
 
 from workers.private_file import OpenToOthers, read_private
 
@@ -229,8 +232,7 @@ def load(overrides: dict | None = None) -> dict:
     cfg.update(overrides)
     if not ("DATABASE_URL" in overrides or os.environ.get("DATABASE_URL")
             or os.environ.get("FLEETHQ_DATABASE_URL")):
-        from app.dev import state as devstate
-        found = devstate.live_urls(cfg["DATA_DIR"])
+        found = stack_urls(cfg["DATA_DIR"])
         if "REDIS_URL" in overrides or os.environ.get("REDIS_URL") or os.environ.get("FLEETHQ_REDIS_URL"):
             found.pop("REDIS_URL", None)
         if cfg.get("SECRET_KEY") or cfg.get("SECRET_KEY_FILE"):
@@ -349,3 +351,62 @@ def sqlalchemy_url(url: str) -> str:
 def libpq_url(url: str) -> str:
     """The same URL in the form psycopg itself understands."""
     return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+# The state file of a running ``make dev`` stack (``<data dir>/devstack.json``,
+# written by app.dev.state): a second shell's ``flask fleet …`` finds the
+# stack's PostgreSQL, Redis and web address through it.
+STACK_STATE_FILE = "devstack.json"
+_STACK_PROBE_TIMEOUT_S = 0.5
+
+
+def stack_urls(data_dir: str | os.PathLike) -> dict[str, str]:
+    """``{"DATABASE_URL": …[, "REDIS_URL": …][, "SECRET_KEY_FILE": …]}`` of a
+    stack whose PostgreSQL answers, else ``{}``. Redis is included only when
+    it answers too; the key file when the stack made its own key."""
+    state = read_stack_state(Path(data_dir) / STACK_STATE_FILE)
+    if not state or not isinstance(state.get("database_url"), str):
+        return {}
+    if not _answers(state["database_url"], default_port=5432):
+        return {}
+    found = {"DATABASE_URL": state["database_url"]}
+    if isinstance(state.get("secret_key_file"), str):
+        found["SECRET_KEY_FILE"] = state["secret_key_file"]
+    redis_url = state.get("redis_url")
+    if isinstance(redis_url, str) and _answers(redis_url, default_port=6379):
+        found["REDIS_URL"] = redis_url
+    return found
+
+
+def stack_web_url(data_dir: str | os.PathLike) -> str | None:
+    """The web address of a live ``make dev`` stack in ``data_dir`` (its
+    FLEETHQ_PORT, not always 8400), or None."""
+    state = read_stack_state(Path(data_dir) / STACK_STATE_FILE)
+    url = state.get("web_url") if state else None
+    if not isinstance(url, str) or not _answers(url, default_port=80):
+        return None
+    return url
+
+
+def read_stack_state(path: Path) -> dict | None:
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def _answers(url: str, *, default_port: int) -> bool:
+    """Whether something accepts a connection where ``url`` points (TCP, or a
+    ``unix://`` socket path)."""
+    try:
+        parts = urlsplit(url)
+        if parts.scheme == "unix":
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.settimeout(_STACK_PROBE_TIMEOUT_S)
+                sock.connect(parts.path)
+            return True
+        host = parts.hostname or "127.0.0.1"
+        with socket.create_connection((host, parts.port or default_port), timeout=_STACK_PROBE_TIMEOUT_S):
+            return True
+    except (OSError, ValueError):
+        return False

@@ -85,7 +85,8 @@ def reconcile():
     this includes 202 deliveries past their completion timeout), then
     "ensure again": queue deliveries that archived assets lack for enabled
     consumers (a bounded backfill) and revive those of re-enabled ones."""
-    from app.hooks import backfill, outbox
+    from app import outbox
+    from app.hooks import backfill
     for topic, ref in outbox.due():
         outbox.send_hint(topic, ref)
     ensured = backfill.ensure()

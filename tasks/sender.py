@@ -1,6 +1,6 @@
 """The outbox's Dramatiq sender: which actor carries each outbox topic.
 
-``create_app`` installs it as the app's outbox sender (``app.hooks.outbox``
+``create_app`` installs it as the app's outbox sender (``app.outbox``
 only knows the ``Sender`` protocol). A hint is a message on the sender's
 broker; a failure to enqueue (Redis down) is the outbox's to log and swallow,
 since the reconciler re-sends the row from PostgreSQL.

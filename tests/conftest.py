@@ -101,7 +101,7 @@ def _emptying_sql(connection) -> str:
 def hints(app):
     """The outbox hints sent after this test's commits, as (topic, ref) pairs:
     the test app records them (OUTBOX_SENDER recording) and sends none."""
-    from app.hooks import outbox
+    from app import outbox
     sent = outbox.sender_of(app).sent
     sent.clear()
     return sent

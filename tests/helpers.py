@@ -124,7 +124,7 @@ def wait_for(predicate, timeout: float = 30.0, what: str = "the condition", inte
 def send_hints_to(monkeypatch, app, broker) -> None:
     """For this test, the test app's outbox hints go to ``broker`` (the
     queues of a real tasks process) instead of being recorded."""
-    from app.hooks import outbox
+    from app import outbox
     from tasks.sender import DramatiqSender
     monkeypatch.setitem(app.extensions, outbox.SENDER_KEY, DramatiqSender(broker))
 

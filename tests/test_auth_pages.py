@@ -379,7 +379,7 @@ def test_rate_limit_window_is_shared_and_resets(app):
     import time
 
     from app.extensions import db
-    from app.pages.security import TooManyAttempts, rate_limit
+    from app.ratelimit import TooManyAttempts, rate_limit
     with app.app_context():
         # Start just after a window boundary so the whole check fits in one window.
         time.sleep(1 - time.time() % 1 + 0.05)
@@ -396,7 +396,7 @@ def test_rate_limit_window_is_shared_and_resets(app):
 
 
 def test_enrollment_limit_answers_the_api_envelope_and_pages_answer_html(app, monkeypatch):
-    from app.pages.security import TooManyAttempts, limit_enrollment
+    from app.ratelimit import TooManyAttempts, limit_enrollment
     monkeypatch.setitem(app.config, "ENROLL_RATE_LIMIT", 1)
     with app.test_request_context("/api/v1/fleet/register", method="POST",
                                   environ_base={"REMOTE_ADDR": "198.51.100.4"}):

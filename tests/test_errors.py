@@ -646,3 +646,46 @@ def test_revoke_then_view(api, client, users):
     # A fresh rotation issues a working token again.
     token = body(api.call("POST", "/api/v1/admin/users/wk/machine-token"))["token"]
     assert Api(client, token).call("GET", "/api/v1/whoami").status_code == 200
+
+
+# ------------------------------------------------------------------ the tree
+
+def _all_app_modules():
+    import importlib
+    import pkgutil
+
+    import app
+    for info in pkgutil.walk_packages(app.__path__, "app."):
+        # A gunicorn settings file (read by gunicorn only) and entry points
+        # (importing one runs its program) declare no errors.
+        if info.name != "app.gunicorn_conf" and not info.name.endswith(".__main__"):
+            importlib.import_module(info.name)
+
+
+def _subclasses(cls):
+    found = set()
+    for sub in cls.__subclasses__():
+        found |= {sub} | _subclasses(sub)
+    return found
+
+
+def test_every_domain_error_lives_in_app_errors_as_its_tree_draws_it():
+    """The tree in app/errors.py's docstring is the one clients read: every
+    FleetError subclass of the app is declared there, under its parent,
+    with its status."""
+    import re
+
+    from app import errors
+    _all_app_modules()
+    declared = {cls for cls in _subclasses(errors.FleetError) if cls.__module__.startswith("app")}
+    assert {cls.__module__ for cls in declared} == {"app.errors"}
+    drawn, parents = {}, ["FleetError"]
+    for line in errors.__doc__.splitlines():
+        m = re.match(r"^(\s*(?:│\s+)*)[├└]── (\w+)\s+(\d{3})", line)
+        if not m:
+            continue
+        depth = len(m.group(1).replace("│", " ")) // 4 - 1
+        del parents[depth + 1:]
+        drawn[m.group(2)] = (parents[depth], int(m.group(3)))
+        parents.append(m.group(2))
+    assert drawn == {cls.__name__: (cls.__bases__[0].__name__, cls.status) for cls in declared}

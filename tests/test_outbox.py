@@ -12,7 +12,7 @@ from dramatiq.brokers.stub import StubBroker
 from sqlalchemy import text
 
 from app.extensions import db
-from app.hooks import outbox
+from app import outbox
 from tasks import actors
 from tasks.sender import HANDLERS, DramatiqSender
 from tests.conftest import free_port, make_app
@@ -65,7 +65,7 @@ def test_a_sender_that_cannot_reach_redis_is_logged_and_the_row_stays(
     down = RedisBroker(url=f"redis://127.0.0.1:{free_port()}/0")
     monkeypatch.setitem(app.extensions, outbox.SENDER_KEY, DramatiqSender(down))
     outbox.add("archive_commit", 5)
-    with caplog.at_level(logging.WARNING, logger="app.hooks.outbox"):
+    with caplog.at_level(logging.WARNING, logger="app.outbox"):
         db.session.commit()  # the commit itself succeeds
     assert "could not send archive_commit 5" in caplog.text
     assert open_rows() == [("archive_commit", 5)]

@@ -9,14 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flask import current_app, g, request
-from sqlalchemy import text
 
 from app import audit
 from app.accounts import service as accounts
 from app.accounts import tokens
 from app.accounts.service import Principal
-from app.errors import InvalidToken, PermissionDenied, UpgradeRequired
-from app.extensions import db, fetch_rows
+from app.errors import AwaitingApproval, InvalidToken, PermissionDenied, UpgradeRequired
+from app.extensions import fetch_rows
 from app.fleet import service as fleet
 from app.fleet.lanes import Lane
 from app.projects import service as projects
@@ -107,7 +106,7 @@ def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
             raise InvalidToken("invalid node secret")
         who = Principal(user_id=None, roles=frozenset({"worker"}), node_id=row[0], node_status=row[1])
         if row[1] == "pending":
-            raise PermissionDenied("node is waiting for approval")
+            raise AwaitingApproval()
         if worker_id is not None and worker_id != row[0]:
             raise PermissionDenied("a node's worker_id is its node id")
         status, age, lane = row[1], row[3], Lane(row[4], row[5])
@@ -162,7 +161,7 @@ def require_worker() -> Principal:
     who = principal()
     if who.node_id is not None:
         if who.node_status == "pending":
-            raise PermissionDenied("node is waiting for approval")
+            raise AwaitingApproval()
         return who
     if not _active_user_with(who, ("worker",)):
         raise PermissionDenied("active worker role required")

@@ -18,7 +18,7 @@ from app.fleet import listing
 from app.fleet import service as fleet
 from app.projects import wakeups
 from app.projects.leasing import Worker
-from app.pages.security import limit_enrollment
+from app.ratelimit import limit_enrollment
 from app.storage import shared_store
 from app.uploads import derived as derived_uploads
 from app.uploads import downloads, ingest, receipts, transitions

@@ -53,8 +53,8 @@ def _default_master_url(data_dir: str) -> str:
     bind = os.environ.get("FLEETHQ_BIND", "")
     port = bind.rsplit(":", 1)[-1] if ":" in bind else os.environ.get("PORT")
     if port is None:
-        from app.dev import state as devstate
-        found = devstate.web_url(data_dir)
+        from app.config import stack_web_url
+        found = stack_web_url(data_dir)
         if found:
             return found
     return f"http://127.0.0.1:{port or 8400}"

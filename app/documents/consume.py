@@ -32,6 +32,7 @@ import logging
 import os
 import threading
 import time
+from app.errors import InvalidDocument
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote
 
@@ -234,7 +235,7 @@ def intake_adder(config):
             return intake.add_file(project_id, path, sha256, name, via="consume", by="consume",
                                    store=store, workdir=scratch.name,
                                    max_bytes=config["UPLOAD_MAX_BYTES"]).document_id
-        except (intake.InvalidDocument, NotFound, InvalidRequest, Conflict) as exc:
+        except (InvalidDocument, NotFound, InvalidRequest, Conflict) as exc:
             db.session.rollback()
             raise Refused((exc.details or {}).get("reason", exc.code),
                           exc.message if exc.message.startswith(name) else f"{name}: {exc.message}") from None

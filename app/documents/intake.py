@@ -32,7 +32,7 @@ from sqlalchemy import text
 
 from app import audit
 from app.documents import formats
-from app.errors import FleetError, InvalidRequest, StorageUnavailable
+from app.errors import InvalidDocument, InvalidRequest, StorageUnavailable
 from app.extensions import db
 from app.hooks import derived
 from app.hooks.derived import LANGUAGES, PROFILE_NAME
@@ -45,10 +45,6 @@ DEFAULT_PROFILE = {"name": "ocr", "languages": "eng"}
 FILENAME_MAX = 255
 CHUNK = 1024 * 1024
 SCRATCH = "intake"  # under the spool directory; the spool sweeper ignores it
-
-
-class InvalidDocument(FleetError):
-    status, code = 422, "invalid_document"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from sqlalchemy import select, text
 
 from app import audit
 from app.accounts import tokens
-from app.errors import Conflict, FleetError, InvalidRequest, InvalidToken, NotFound, PermissionDenied
+from app.errors import Conflict, EnrollmentRefused, InvalidRequest, InvalidToken, NotFound, PermissionDenied
 from app.extensions import db
 from app.fleet.models import EnrollmentCredential, FleetNode, TokenWorker
 
@@ -36,10 +36,6 @@ TOKEN_WORKER_TRANSITIONS = {
     "enable": ({"draining"}, "active"),
     "revoke": ({"active", "draining"}, "revoked"),
 }
-
-
-class EnrollmentRefused(FleetError):
-    status, code = 403, "permission_denied"
 
 
 def create_enrollment(created_by: str | None, valid_for: timedelta = timedelta(minutes=15)) -> str:

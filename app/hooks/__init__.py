@@ -1,1 +1,1 @@
-"""The outbox and post-archive hooks (webhook consumers and their deliveries)."""
+"""Post-archive hooks: webhook consumers, their deliveries, derive consumers (the outbox they ride on is :mod:`app.outbox`)."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 from sqlalchemy import text
 
 from app.extensions import db
-from app.hooks import outbox
+from app import outbox
 
 # Per consumer and tick: assets looked at, skipped deliveries revived.
 BATCH = 500

@@ -27,10 +27,11 @@ import time
 import requests
 from sqlalchemy import text
 
+from app import outbox
 from app.accounts import tokens
 from app.errors import InvalidToken, NotFound
 from app.extensions import db
-from app.hooks import derived, outbox
+from app.hooks import derived
 from app.hooks.models import DELIVERY_STATES
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from sqlalchemy import text
 
 from app.errors import Conflict, InvalidJob, InvalidRequest
 from app.extensions import db
-from app.hooks import outbox
+from app import outbox
 from app.projects import enqueue, wakeups
 from app.projects.models import Project
 from workers.protocol import value_digest

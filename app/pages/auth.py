@@ -45,7 +45,7 @@ from sqlalchemy import text
 from app.extensions import db
 from app.pages import github, sessions
 from app.pages.links import master_url
-from app.pages.security import limit_login
+from app.ratelimit import limit_login
 
 __all__ = ["admin_required", "bp", "current_user", "init_app", "login_required_active"]
 

@@ -21,7 +21,7 @@ from sqlalchemy import text
 from app import audit
 from app.errors import InvalidRequest, NotFound
 from app.extensions import db
-from app.hooks import outbox
+from app import outbox
 from app.projects import jobs_admin, service, wakeups
 from app.projects.job_search import JobFilter, count
 from app.projects.models import BULK_ACTIONS

@@ -11,9 +11,10 @@ import logging
 
 from sqlalchemy import text
 
+from app import outbox
 from app.documents import runs as document_runs
 from app.extensions import db
-from app.hooks import derived, outbox
+from app.hooks import derived
 from app.search.index import index_paper
 from app.storage.base import IntegrityError, ObjectNotFound, StorageError, content_key
 from app.uploads import derived as derived_uploads

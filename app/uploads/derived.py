@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import text
 
-from app.errors import Conflict, FleetError, InvalidRequest, NotFound, TooLarge
+from app.errors import Conflict, FleetError, InvalidRequest, InvalidText, NotFound, TooLarge
 from app.extensions import db
 from app.hooks import derived
 from app.search.index import check_text, index_paper
@@ -38,10 +38,6 @@ SIZE_FACTOR = 4
 SIZE_SLACK_BYTES = 1024 * 1024
 SOURCE_URL_TTL_S = 900
 log = logging.getLogger(__name__)
-
-
-class InvalidText(FleetError):
-    status, code = 422, "invalid_upload"
 
 
 def _attempt(attempt_id: int, worker: Worker, *, states=("running",)):

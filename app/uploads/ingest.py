@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from werkzeug.exceptions import ClientDisconnected
 
-from app.errors import FleetError, InvalidRequest, StorageUnavailable, TooLarge
+from app.errors import InvalidRequest, InvalidUpload, StaleUpload, TooLarge, VerificationUnavailable
 from app.extensions import db
 from app.storage.base import StorageError
 from app.uploads import derived as derived_uploads
@@ -31,18 +31,6 @@ log = logging.getLogger(__name__)
 _SHA256 = re.compile(r"\A[0-9a-f]{64}\Z")
 CHUNK = 1024 * 1024
 MAX_RESULT_BYTES = 16 * 1024
-
-
-class InvalidUpload(FleetError):
-    status, code = 422, "invalid_upload"
-
-
-class VerificationUnavailable(StorageUnavailable):
-    """An upload could not be verified or staged now."""
-
-
-class StaleUpload(FleetError):
-    status, code = 409, "stale_attempt"
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from sqlalchemy import text
 
 from app import storage
-from app.errors import FleetError
+from app.errors import SpoolFull
 from app.extensions import db
 from app.storage.base import ObjectStore, StorageError, hash_stream
 
@@ -45,10 +45,6 @@ def staging_key(attempt_id: int, generation: int, suffix: str = "pdf") -> str:
 def in_store(location: str | None) -> bool:
     """Whether a recorded spool location is an object-store key (s3 staging)."""
     return bool(location) and location.startswith(STAGING_PREFIX)
-
-
-class SpoolFull(FleetError):
-    status, code, retryable = 507, "spool_full", True
 
 
 @dataclass(frozen=True)

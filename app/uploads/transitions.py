@@ -17,16 +17,12 @@ from dataclasses import dataclass
 from sqlalchemy import text
 
 from app import audit
-from app.errors import Conflict, NotFound
+from app.errors import Conflict, NotFound, UploadMismatch
 from app.extensions import db
 from app.projects import states, wakeups
 from app.projects.leasing import Worker
 from app.projects.models import UPLOAD_KINDS
 from app.uploads import spool as spool_mod
-
-class UploadMismatch(Conflict):
-    code = "stale_attempt"
-
 
 # The upload's worker has been revoked: a node (no owner) or a token worker
 # of the owning user. Its unacknowledged files are held (DESIGN §8.7).
@@ -218,7 +214,7 @@ def stage(attempt_id: int, generation: int, spool_file: str, spool_stamp: str, m
     if not (attempt and job):
         db.session.rollback()
         return False
-    from app.hooks import outbox
+    from app import outbox
     outbox.add("archive_commit", attempt_id)
     _notify_receipt(attempt_id)
     db.session.commit()

@@ -139,7 +139,7 @@ class Claimer:
         elif exc.status == 409 and exc.code == "invalid_transition":
             r.beat_soon()  # the master wants a fresher heartbeat first
             skip = 1.0
-        elif exc.status == 403 and "approval" in exc.message:
+        elif exc.status == 403 and exc.details.get("reason") == "awaiting_approval":
             r.status = "pending"
             skip = 10.0
         elif exc.status in (404, 409, 426, 403):

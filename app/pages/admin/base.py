@@ -13,7 +13,6 @@ the session cookie (signed, not encrypted) and never shown again by a reload.
 from __future__ import annotations
 
 import json
-import time
 
 from flask import (Blueprint, abort, flash, make_response, redirect, render_template, request,
                    url_for)
