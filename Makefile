@@ -3,7 +3,7 @@ PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || command -
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install system-packages translations translations-update dev test bench clean
+.PHONY: install system-packages translations translations-update dev test lint bench clean
 
 install: $(VENV)/.installed
 
@@ -55,9 +55,14 @@ translations-update: install
 dev: install system-packages translations
 	$(BIN)/python -m app.dev
 
-# The slowest tests are listed at the end: where the suite's time goes.
-test: install system-packages translations
+# The code is checked first (ruff; the import contracts of pyproject.toml),
+# then tested; the slowest tests are listed at the end: where the time goes.
+test: install system-packages translations lint
 	$(BIN)/python -m pytest -q --durations=25
+
+lint: install
+	$(BIN)/ruff check app workers tasks tests bench migrations wsgi.py
+	$(BIN)/lint-imports
 
 bench: install
 	$(BIN)/python bench/claim_throughput.py

@@ -59,9 +59,14 @@ def create_app(config: dict | None = None, *, check_schema: bool = True,
     init_api(app)
     from app.pages import init_app as init_pages
     init_pages(app)
+    # The machine API takes bearer tokens only: no cookie, nothing to forge.
+    from app.api import bp as api_bp
+    from app.pages.security import csrf
+    csrf.exempt(api_bp)
     from app import i18n
     i18n.init_app(app)
-    from app.ops import health, metrics
+    from app.api import health
+    from app.ops import metrics
     health.init_app(app)
     metrics.init_app(app)
 

@@ -1,7 +1,8 @@
 """Configuration: one class of defaults, overridden from the environment.
 
 ``FLEETHQ_<NAME>`` sets any key below (values of numeric, boolean and list
-settings are parsed as JSON; text settings are taken as given); ``DATABASE_URL`` and ``REDIS_URL`` keep their usual names.
+settings are parsed as JSON; text settings are taken as given);
+``DATABASE_URL`` and ``REDIS_URL`` keep their usual names.
 When ``DATABASE_URL`` is set nowhere, a running ``make dev`` stack found in
 the data directory supplies both (:func:`stack_urls`).
 """

@@ -19,7 +19,7 @@ Only pages translate: the machine API's answers (``/api/``, ``/metrics``,
 """
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 
 from flask import Flask, g, request
 from flask_babel import Babel, format_datetime, format_decimal, format_timedelta, get_locale
@@ -96,7 +96,7 @@ def utc_time(epoch) -> str:
     """UNIX seconds with the UTC date and time beside them, in the language's form."""
     if epoch is None:
         return "—"
-    moment = datetime.fromtimestamp(float(epoch), tz=timezone.utc)
+    moment = datetime.fromtimestamp(float(epoch), tz=UTC)
     pattern = TIME_PATTERNS[page_language()]
     return f"{int(float(epoch))} ({format_datetime(moment, pattern, rebase=False)} UTC)"
 
@@ -112,7 +112,7 @@ def ago(epoch) -> str:
     """How long ago an instant was: "5 minutes ago" / "5分钟前"."""
     if epoch is None:
         return "—"
-    delta = datetime.now(timezone.utc) - datetime.fromtimestamp(float(epoch), tz=timezone.utc)
+    delta = datetime.now(UTC) - datetime.fromtimestamp(float(epoch), tz=UTC)
     return format_timedelta(-max(delta, timedelta(0)), add_direction=True, threshold=1.0)
 
 

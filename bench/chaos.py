@@ -513,7 +513,8 @@ class Chaos:
             return False
 
     def settled(self) -> bool:
-        open_jobs = self.query("SELECT count(*) FROM jobs WHERE state NOT IN ('done', 'failed', 'reset_exhausted')")[0][0]
+        open_jobs = self.query(
+            "SELECT count(*) FROM jobs WHERE state NOT IN ('done', 'failed', 'reset_exhausted')")[0][0]
         uploads = self.query("SELECT count(*) FROM uploads WHERE state IN ('uploading', 'staged')")[0][0]
         hooks = self.query("SELECT count(*) FROM hook_deliveries WHERE state <> 'delivered'")[0][0]
         outbox = self.query("SELECT count(*) FROM outbox WHERE done_at IS NULL")[0][0]
@@ -651,7 +652,7 @@ class Chaos:
         self.stop_faults.set()
         if self.fault_thread is not None:
             self.fault_thread.join()
-        for name, proc in reversed(list(self.procs.items())):
+        for proc in reversed(list(self.procs.values())):
             if proc.alive():
                 proc.stop(30)
         for stopper in ("pub", "hooks", "store"):
@@ -750,14 +751,15 @@ def main() -> int:
     args = parser.parse_args()
     if args.role:
         return (sdk_worker if args.role == "sdk" else raw_worker)(args)
-    defaults = ({"pdf_jobs": 150, "generic_jobs": 2000, "ocr_jobs": 6, "generic_workers": 1, "faults": 10, "minutes": 1.6,
+    defaults = ({"pdf_jobs": 150, "generic_jobs": 2000, "ocr_jobs": 6, "generic_workers": 1, "faults": 10,
+                 "minutes": 1.6,
                  # An archive commit cut by the PostgreSQL restart is sent
                  # again by the reconciler once its outbox lease
                  # (RESEND_LEASE_S, 120 s) runs out: settling may take that long.
                  "settle": 2.5}
                 if args.quick else
-                {"pdf_jobs": 2000, "generic_jobs": 20000, "ocr_jobs": 60, "generic_workers": 2, "faults": 30, "minutes": 9,
-                 "settle": 4})
+                {"pdf_jobs": 2000, "generic_jobs": 20000, "ocr_jobs": 60, "generic_workers": 2, "faults": 30,
+                 "minutes": 9, "settle": 4})
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)

@@ -125,10 +125,11 @@ def main():
         for side, n in phases:
             project = f"{side}{n}"
             if side == "http":
-                done, elapsed = run_threads(http_worker, lambda i: (base, token, project, f"w{i}"),
+                done, elapsed = run_threads(http_worker, lambda i, project=project: (base, token, project, f"w{i}"),
                                             args.threads)
             else:
-                done, elapsed = run_threads(sql_worker, lambda i: (url, project, f"w{i}"), args.threads)
+                done, elapsed = run_threads(sql_worker, lambda i, project=project: (url, project, f"w{i}"),
+                                            args.threads)
             assert done == half, (project, done)
             totals[side][0] += done
             totals[side][1] += elapsed

@@ -233,7 +233,7 @@ def main():
     os.environ["FLEETHQ_SECRET_KEY"] = secrets.token_hex(32)
     with serve(url) as base:
         session = sign_in(base)
-        per_project = "{:,}".format(total // len(PROJECTS))
+        per_project = f"{total // len(PROJECTS):,}"
         results = {}
         for label, path, expect in (("admin", "/admin", per_project),
                                     ("project", f"/admin/projects/{PROJECTS[2][0]}", "Next page")):

@@ -33,7 +33,7 @@ import requests
 
 from _common import ROOT, VERSION, admin_token, api, free_port, fresh_database, stop, wait_ready
 from claim_throughput import fill, http_worker, run_threads
-from upload_ingest import MB, REDIS_URL, Moto, Uploader, flask, run_phase, wait_done
+from upload_ingest import MB, REDIS_URL, Moto, flask, run_phase, wait_done
 
 sys.path.insert(0, ROOT)
 from tests.fleet_helpers import new_identity  # noqa: E402
@@ -86,7 +86,8 @@ def claim_phases(cluster: Cluster, url: str, token: str, jobs: int, threads: int
     totals = {"one": [0, 0.0], "two": [0, 0.0]}
     for side, n in phases:
         base = (cluster.one if side == "one" else cluster.two).url
-        done, elapsed = run_threads(http_worker, lambda i: (base, token, f"claim-{side}{n}", f"w{i}"),
+        project = f"claim-{side}{n}"
+        done, elapsed = run_threads(http_worker, lambda i, base=base, project=project: (base, token, project, f"w{i}"),
                                     threads)
         assert done == half, (side, n, done)
         totals[side][0] += done

@@ -88,7 +88,8 @@ class Master:
         env = {**os.environ, **(extra_env or {}), "DATABASE_URL": url, "REDIS_URL": REDIS_URL,
                "FLEETHQ_DATA_DIR": data_dir,
                "FLEETHQ_LOG_JSON": os.environ.get("FLEETHQ_LOG_JSON", "false"), "FLEETHQ_SECRET_KEY": "bench",
-               "FLEETHQ_BIND": f"127.0.0.1:{self.port}", "FLEETHQ_WEB_WORKERS": os.environ.get("FLEETHQ_WEB_WORKERS", "2"),
+               "FLEETHQ_BIND": f"127.0.0.1:{self.port}",
+               "FLEETHQ_WEB_WORKERS": os.environ.get("FLEETHQ_WEB_WORKERS", "2"),
                "FLEETHQ_WEB_THREADS": "8"}
         bin_dir = os.path.dirname(sys.executable)
         self.web = subprocess.Popen([os.path.join(bin_dir, "gunicorn"), "-c", "python:app.gunicorn_conf",

@@ -558,7 +558,8 @@ def test_enrollment_credential_is_shown_once_and_works(pages, client):
     response = pages.post("/admin/workers/enrollments")
     assert response.status_code == 200
     assert response.headers["Cache-Control"] == "no-store"
-    credential = re.search(r'id="enrollment-credential">(fhqe_[A-Za-z0-9_-]+)<', response.get_data(as_text=True)).group(1)
+    credential = re.search(r'id="enrollment-credential">(fhqe_[A-Za-z0-9_-]+)<',
+                           response.get_data(as_text=True)).group(1)
     assert credential not in pages.text("/admin/workers")
     from tests.fleet_helpers import new_identity
     node_id, secret = new_identity()

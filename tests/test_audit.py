@@ -143,7 +143,8 @@ def test_the_page_filters_and_pages_by_id(app, pages, client, admin_token):
     first = pages.text("/admin/audit?object_kind=project")
     assert first.count("<code>project.create</code>") == 100
     older = pages.get("/admin/audit?object_kind=project&before_id="
-                      + str(sql(app, "SELECT min(id) FROM (SELECT id FROM audit_log ORDER BY id DESC LIMIT 100) t")[0][0]))
+                      + str(sql(app, "SELECT min(id) FROM "
+                                     "(SELECT id FROM audit_log ORDER BY id DESC LIMIT 100) t")[0][0]))
     assert older.get_data(as_text=True).count("<code>project.create</code>") == 5
     assert 'href="/admin/audit?before_id=' in first and "object_kind=project" in first
     assert "p000" not in pages.text("/admin/audit?object_id=p104")

@@ -146,7 +146,7 @@ def test_the_worker_gets_its_source_over_https_and_the_derived_pdf_is_archived(a
 
     # The PDF before its text is refused without touching the attempt.
     api_error(node.upload(job["attempt_id"], pdfs["derived"]), 400, "invalid_request")
-    text = "quartz harbour lantern\fvelvet orchard compass\n".encode()
+    text = b"quartz harbour lantern\fvelvet orchard compass\n"
     assert _put_text(node, job["attempt_id"], text).status_code == 200
     assert node.upload(job["attempt_id"], pdfs["derived"]).status_code == 202
     assert archive(app, job["attempt_id"]) == "done"
@@ -233,7 +233,7 @@ def test_a_source_that_already_has_text_finishes_the_derived_job_as_skipped(app,
     _archive_source(app, client, api, pdfs)
     node, job = _claim_derived(client, app)
     path = f"/api/v1/fleet/attempts/{job['attempt_id']}/skip"
-    sent = _put_text(node, job["attempt_id"], "born digital words\fsecond page".encode())
+    sent = _put_text(node, job["attempt_id"], b"born digital words\fsecond page")
     assert sent.status_code == 200, body(sent)
     response = node._call("POST", path, json={"reason": "already_has_text", "pages": 2})
     assert response.status_code == 200, body(response)

@@ -4,7 +4,6 @@ and its words are then found in the index under the document's key."""
 from __future__ import annotations
 
 import hashlib
-import time
 from urllib.parse import quote
 
 from tests import scans

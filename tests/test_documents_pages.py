@@ -12,7 +12,7 @@ import re
 import pytest
 
 from tests import scans
-from tests.helpers import Api, body, sql
+from tests.helpers import Api, sql
 from tests.test_admin_pages import Pages, sign_in
 from tests.test_uploads import dirs  # noqa: F401 (fixture)
 

@@ -4,7 +4,6 @@ document and profile; the indexed run stays the marked one until the new
 run's text is indexed, then the new one is; audited."""
 from __future__ import annotations
 
-import io
 from urllib.parse import quote
 
 import pytest

@@ -216,7 +216,7 @@ def test_malformed_or_non_object_body_is_400(api, client, admin_token, case):
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_non_json_number_literals_are_400(api, client, admin_token, literal):
     """NaN and Infinity are not JSON (RFC 8259): refused as malformed, never a 500."""
-    data = '{"jobs": [{"id": "a", "value": "v", "attr": {"n": %s}}]}' % literal
+    data = '{"jobs": [{"id": "a", "value": "v", "attr": {"n": ' + literal + "}}]}"
     response = _raw(client, "POST", "/api/v1/admin/projects/p/jobs", data, token=admin_token)
     assert response.status_code == 400, (response.status_code, response.data[:300])
     assert body(response)["error"]["code"] in ("invalid_request", "invalid_job")

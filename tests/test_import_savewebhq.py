@@ -6,7 +6,7 @@ import hashlib
 import json
 import os
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import psycopg
 import pytest
@@ -81,7 +81,7 @@ def snapshot(app) -> dict:
 
 
 def at(ts: int) -> datetime:
-    return datetime.fromtimestamp(ts, timezone.utc)
+    return datetime.fromtimestamp(ts, UTC)
 
 
 def job(app, job_id):

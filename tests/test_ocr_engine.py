@@ -290,7 +290,9 @@ def test_niceness_reaches_every_process_of_the_tree(tmp_path):
                           cwd=tmp_path, time_limit_s=20, memory_limit_bytes=2**30, nice=7)
     base = os.nice(0)
     assert outcome.returncode == 0
-    assert sorted(line for line in outcome.log_tail().splitlines() if line.startswith(("child ", "parent "))) == [f"child {base + 7}", f"parent {base + 7}"]
+    lines = outcome.log_tail().splitlines()
+    assert sorted(line for line in lines if line.startswith(("child ", "parent "))) == [f"child {base + 7}",
+                                                                                       f"parent {base + 7}"]
 
 
 def test_every_ocrmypdf_exit_status_has_its_failure_class():
@@ -315,7 +317,8 @@ def test_limits_come_from_the_environment_and_bad_values_are_named():
     assert limits.effective_jobs() == os.cpu_count()   # never more OCR processes than cores
     assert OcrLimits.from_env({}) == OcrLimits()
     for name, raw in [("FLEETHQ_OCR_JOBS", "0"), ("FLEETHQ_OCR_NICE", "20"), ("FLEETHQ_OCR_DESKEW", "maybe"),
-                      ("FLEETHQ_OCR_MEMORY_BYTES", "lots"), ("FLEETHQ_OCR_MEMORY_BYTES", str(31 * 2**20)), ("FLEETHQ_OCR_BASE_SECONDS", "-1")]:
+                      ("FLEETHQ_OCR_MEMORY_BYTES", "lots"), ("FLEETHQ_OCR_MEMORY_BYTES", str(31 * 2**20)),
+                      ("FLEETHQ_OCR_BASE_SECONDS", "-1")]:
         with pytest.raises(ValueError, match="FLEETHQ_OCR_"):
             OcrLimits.from_env({name: raw})
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 
-import pytest
 
 from tests import scans
 from tests.fleet_helpers import Node

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 import requests
@@ -40,13 +39,13 @@ def samples(text: str) -> list[tuple[str, dict, float]]:
 
 
 def value(parsed, name: str, **labels) -> float | None:
-    found = [v for n, l, v in parsed if n == name and all(l.get(k) == x for k, x in labels.items())]
+    found = [v for n, lab, v in parsed if n == name and all(lab.get(k) == x for k, x in labels.items())]
     assert len(found) <= 1, (name, labels, found)
     return found[0] if found else None
 
 
 def total(parsed, name: str, **labels) -> float:
-    return sum(v for n, l, v in parsed if n == name and all(l.get(k) == x for k, x in labels.items()))
+    return sum(v for n, lab, v in parsed if n == name and all(lab.get(k) == x for k, x in labels.items()))
 
 
 @pytest.fixture
@@ -239,13 +238,13 @@ def test_request_latency_histogram(client, admin_token):
     name = "fleethq_http_request_duration_seconds"
     labels = {"method": "POST", "endpoint": CLAIM_ENDPOINT, "status": "200"}
     assert total(after, f"{name}_count", **labels) - total(before, f"{name}_count", **labels) == 3
-    buckets = sorted(((float(l["le"]), v) for n, l, v in after
-                      if n == f"{name}_bucket" and all(l.get(k) == x for k, x in labels.items())))
+    buckets = sorted(((float(lab["le"]), v) for n, lab, v in after
+                      if n == f"{name}_bucket" and all(lab.get(k) == x for k, x in labels.items())))
     assert len(buckets) == 15  # 14 configured bounds + Inf
     assert buckets[-1] == (float("inf"), value(after, f"{name}_count", **labels))
     assert [v for _, v in buckets] == sorted(v for _, v in buckets)  # cumulative
     # The endpoint label is the route rule, so project ids do not explode the label set.
-    assert not any(project in l.get("endpoint", "") for _, l, _ in after)
+    assert not any(project in lab.get("endpoint", "") for _, lab, _ in after)
 
 
 # ------------------------------------------------- gunicorn, several workers

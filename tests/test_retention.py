@@ -330,8 +330,8 @@ def test_runs_are_recorded_and_shown_on_the_dashboard_and_in_metrics(app, api, c
     assert tick(app)["attempts"] == 6
     sql(app, "INSERT INTO rate_limits (key, window_end, hits) VALUES ('x', now() - interval '1 s', 1)")
     tick(app)
-    stats = dict((k, (t, l)) for k, t, l in sql(
-        app, "SELECT kind, pruned_total, last_pruned FROM retention_stats"))
+    stats = {k: (t, last) for k, t, last in sql(
+        app, "SELECT kind, pruned_total, last_pruned FROM retention_stats")}
     assert stats["attempts"] == (6, 0) and stats["rate_limits"] == (1, 1)
     sql(app, "ANALYZE attempts")
     sign_in(app, client)

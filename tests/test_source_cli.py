@@ -324,7 +324,7 @@ def test_merge_one_output_file_and_fleethq_modes(tmp_path, capsys):
 
 
 def test_merge_reads_stdin_once(tmp_path):
-    a = source(tmp_path / "a.zst", [{"id": "a", "value": "a", "type": "seed"}])
+    source(tmp_path / "a.zst", [{"id": "a", "value": "a", "type": "seed"}])
     b = source(tmp_path / "b.zst", [{"id": "b", "value": "b", "type": "seed"}])
     done = shell("source merge --input a.zst --input - --output-prefix m", tmp_path,
                  stdin=open(b, "rb").read())

@@ -15,7 +15,7 @@ import tracemalloc
 import uuid
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
+from collections.abc import Callable
 
 import boto3
 import pytest
@@ -283,7 +283,8 @@ def test_s3_put_signs_its_checksum_not_a_second_hash_of_the_body(s3_endpoint, tm
     path, sha, size = make_file(tmp_path, pdf_bytes())
     store.put_file(content_key(sha), path, sha256_hex=sha, size=size)
     [headers] = sent
-    value = lambda name: headers[name].decode() if isinstance(headers[name], bytes) else headers[name]
+    def value(name):
+        return headers[name].decode() if isinstance(headers[name], bytes) else headers[name]
     # The body is not hashed again for the signature (UNSIGNED-PAYLOAD, even
     # over plain HTTP); its SHA-256 travels in a header the signature covers.
     assert value("X-Amz-Content-SHA256") == "UNSIGNED-PAYLOAD"

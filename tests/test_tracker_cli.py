@@ -312,7 +312,7 @@ def test_database_url_flag_overrides_database_url_and_empty_means_not_given(app,
 def test_an_unreachable_database_is_one_line_on_stderr(database_url):
     """The real entry point: no traceback and no log lines, exit status 1."""
     done = shell("tracker projects", hq_database_url=database_url,
-                 DATABASE_URL="postgresql://postgres:s3cret@127.0.0.1:%d/fleethq" % free_port(),
+                 DATABASE_URL=f"postgresql://postgres:s3cret@127.0.0.1:{free_port()}/fleethq",
                  FLEETHQ_LOG_JSON="true")
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 
 from tests.helpers import VERSION
 from tests.worker_harness import (ROOT, WorkerProcess, archiver, fleet, master,  # noqa: F401

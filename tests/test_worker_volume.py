@@ -27,7 +27,8 @@ from workers.runner.volume import Identity, Volume, VolumeCorrupt
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_cli(volume: Path, *extra: str, timeout: float = 30, master: str = "http://127.0.0.1:9") -> subprocess.CompletedProcess:
+def run_cli(volume: Path, *extra: str, timeout: float = 30,
+            master: str = "http://127.0.0.1:9") -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETHQ_")}
     return subprocess.run([sys.executable, "-m", "workers.runner.cli", "run", "--master", master,
                            "--volume", str(volume), "--project", "p", "--allow-http", *extra],

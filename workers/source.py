@@ -9,7 +9,8 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
+from collections.abc import Iterator
 
 import zstandard
 

@@ -48,6 +48,12 @@ def init_app(app) -> None:
 
     @app.errorhandler(FleetError)
     def _domain_error(exc: FleetError):
+        if not _is_api():
+            # A page: the pages' renderer may answer it (app/pages/security.py).
+            page = current_app.extensions.get("fleethq.page_domain_errors")
+            answer = page(exc) if page is not None else None
+            if answer is not None:
+                return answer
         return error_response(exc)
 
     @app.errorhandler(HTTPException)

@@ -79,7 +79,8 @@ def enqueue_jobs(project_id):
         try:
             specs.append(normalize_jobspec(raw, project.identity_mode))
         except SpecError as exc:
-            raise InvalidJob(f"jobs[{index}]: {exc}", details={"index": index, "field": exc.field})
+            raise InvalidJob(f"jobs[{index}]: {exc}",
+                             details={"index": index, "field": exc.field}) from None
     result = enqueue.enqueue(project_id, specs)
     return jsonify(project_id=project_id, submitted=result.submitted, inserted=result.inserted)
 

@@ -45,12 +45,14 @@ DELIVERIES_QUERY = {"project": v.Optional(v.identifier),
 HOOK_CONSUMER = v.named("HookConsumer", {
     "consumer_id": v.text.describe("decimal"), "project_id": v.identifier, "name": v.text,
     "kind": v.one_of("webhook", "derive"), "url": v.text.or_null(),
-    "target_project": v.identifier.or_null(), "profile": _PROFILE.or_null(), "enabled": v.boolean, "completion_timeout_seconds": _COMPLETION_TIMEOUT,
+    "target_project": v.identifier.or_null(), "profile": _PROFILE.or_null(), "enabled": v.boolean,
+    "completion_timeout_seconds": _COMPLETION_TIMEOUT,
     "created_at": v.timestamp, "secret": v.Optional(v.text.describe("only in the answer that created the consumer")),
 })
 HOOK_DELIVERY = v.named("HookDelivery", {
     "delivery_id": v.text.describe("decimal"), "consumer_id": v.text.describe("decimal"),
-    "url": v.text.or_null(), "kind": v.one_of("webhook", "derive"), "project_id": v.identifier, "attempt_id": v.text.describe("decimal"),
+    "url": v.text.or_null(), "kind": v.one_of("webhook", "derive"), "project_id": v.identifier,
+    "attempt_id": v.text.describe("decimal"),
     "asset_key": v.text, "state": v.one_of(*deliveries.STATES),
     "tries": v.int_range(0, v.INT64_MAX),
     "last_status": v.int_range(0, 999, nullable=True), "last_error": v.text.or_null(),

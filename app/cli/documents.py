@@ -115,7 +115,7 @@ def consume(folder, project_id, polling_s, once):
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     click.echo(f"consume: watching {os.path.abspath(root)} "
-               f"({'every %s s' % polling if polling else 'inotify'}); top-level files go to "
+               f"({f'every {polling} s' if polling else 'inotify'}); top-level files go to "
                f"{project or 'no project (set FLEETHQ_CONSUME_PROJECT)'}", err=True)
     watched.run(stop, polling_s=polling)
 

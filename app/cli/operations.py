@@ -7,7 +7,7 @@ import json
 import os
 import secrets
 import sys
-from datetime import timezone
+from datetime import UTC
 
 import click
 from sqlalchemy import text
@@ -64,7 +64,7 @@ def audit_log(actor, action, obj, limit, as_json):
             click.echo(json.dumps({**e, "at": e["at"].isoformat()}, sort_keys=True, default=str))
             continue
         target = f"{e['object_kind']}:{e['object_id']}" if e["object_id"] else e["object_kind"]
-        line = f"{e['at'].astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC  {e['actor']}  {e['action']}  {target}"
+        line = f"{e['at'].astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC  {e['actor']}  {e['action']}  {target}"
         if e["details"]:
             line += "  " + json.dumps(e["details"], sort_keys=True, separators=(",", ":"))
         if e["reason"]:

@@ -24,7 +24,7 @@ import stat
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["EmbeddedError", "die_with_parent", "free_port", "pg_bin_dir", "port_is_free",
            "postgres_status", "start_postgres", "start_redis", "stop_postgres"]
@@ -253,7 +253,7 @@ def start_redis(directory: str | os.PathLike, *, name: str = "redis") -> tuple[s
         except redis.ConnectionError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise EmbeddedError(f"redis-server did not start; see {directory / (name + '.log')}")
+                raise EmbeddedError(f"redis-server did not start; see {directory / (name + '.log')}") from None
             time.sleep(0.05)
 
     def stop() -> None:

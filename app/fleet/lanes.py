@@ -103,8 +103,9 @@ def set_tier(worker_id: str, tier: str, user_id: str | None = None) -> dict:
 
 
 # A first-choice worker is free when the jobs holding its slots in the project
-# (as the in-flight caps count them: running, or staged) are fewer than its slots: the capacity its last heartbeat reported (its
-# download concurrency), bounded by the project's max_worker_in_flight.
+# (as the in-flight caps count them: running, or staged) are fewer than its
+# slots: the capacity its last heartbeat reported (its download concurrency),
+# bounded by the project's max_worker_in_flight.
 _FIRST_FREE_SQL = f"""
 WITH switch AS (
     SELECT NOT EXISTS (SELECT 1 FROM master_settings WHERE name = '{REMOTE}' AND NOT enabled)

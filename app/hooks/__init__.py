@@ -1,1 +1,2 @@
-"""Post-archive hooks: webhook consumers, their deliveries, derive consumers (the outbox they ride on is :mod:`app.outbox`)."""
+"""Post-archive hooks: webhook consumers, their deliveries, derive consumers
+(the outbox they ride on is :mod:`app.outbox`)."""

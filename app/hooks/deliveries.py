@@ -277,7 +277,8 @@ def _ts(value):
 
 def _delivery_dict(row) -> dict:
     return {"delivery_id": str(row["id"]), "consumer_id": str(row["consumer_id"]),
-            "url": row["url"], "kind": row["kind"], "project_id": row["project_id"], "attempt_id": str(row["attempt_id"]),
+            "url": row["url"], "kind": row["kind"], "project_id": row["project_id"],
+            "attempt_id": str(row["attempt_id"]),
             "asset_key": row["asset_key"], "state": row["state"], "tries": row["tries"],
             "last_status": row["last_status"], "last_error": row["last_error"],
             "created_at": _ts(row["created_at"]), "updated_at": _ts(row["updated_at"]),

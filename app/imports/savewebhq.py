@@ -16,7 +16,7 @@ pruned by the clock like its own.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -81,7 +81,7 @@ def _plan(tgt) -> dict:
         "count(*) FILTER (WHERE NOT revoked AND NOT viewable) FROM sw_tokens").fetchone()
     tables["machine_tokens"].update(revoked_not_carried=revoked, viewable=viewable,
                                     digest_only=legacy)
-    for name, counts in tables.items():
+    for counts in tables.values():
         carried = counts["source"] - counts.get("revoked_not_carried", 0)
         counts["new"] = carried - counts["unchanged"]
     tables["jobs"]["new_by_state"] = dict(tgt.execute(

@@ -1,1 +1,1 @@
-"""Operations: logging, health, metrics, schema guard."""
+"""Operations: logging, metrics, schema guard (health answers are app/api/health.py)."""

@@ -39,6 +39,7 @@ def _cookie_secure(cfg) -> bool:
 # HTTP errors a browser meets, as pages in the reader's language; the API
 # keeps its JSON envelope (app/api answers those itself).
 PAGE_ERRORS = "fleethq.page_errors"
+PAGE_DOMAIN_ERRORS = "fleethq.page_domain_errors"
 _HTTP_PAGES = {
     400: (lazy_gettext("Bad request"), lazy_gettext("The request could not be understood.")),
     403: (lazy_gettext("Not allowed"), lazy_gettext("You do not have access to this page.")),
@@ -46,6 +47,17 @@ _HTTP_PAGES = {
     405: (lazy_gettext("Method not allowed"), lazy_gettext("This page does not take that kind of request.")),
     413: (lazy_gettext("Too large"), lazy_gettext("What was sent is larger than this page takes.")),
 }
+
+
+def _domain_error_page(exc):
+    """A domain error that left a page view, as a page (None: the API's
+    envelope answers it). Only sign-in's rate limit gets here today."""
+    if not isinstance(exc, TooManyAttempts):
+        return None
+    seconds = max(1, math.ceil(exc.retry_after_ms / 1000))
+    body = render_template("auth/error.html", code=429, title=_("Too many attempts"),
+                           message=_("Please wait %(seconds)s s and try again.", seconds=seconds))
+    return body, 429, {"Retry-After": str(seconds)}
 
 
 def _http_error_page(exc):
@@ -62,10 +74,9 @@ def init_app(app) -> None:
     # A form left open for an hour should still submit while the session lives.
     cfg["WTF_CSRF_TIME_LIMIT"] = int(cfg["SESSION_LIFETIME_S"])
 
-    from app.api import bp as api_bp
+    # The machine API takes bearer tokens only (no cookie, nothing to forge):
+    # create_app exempts its blueprint.
     csrf.init_app(app)
-    # The machine API takes bearer tokens only; no cookie means nothing to forge.
-    csrf.exempt(api_bp)
 
     @app.after_request
     def _headers(response):
@@ -79,6 +90,7 @@ def init_app(app) -> None:
         return response
 
     app.extensions[PAGE_ERRORS] = _http_error_page
+    app.extensions[PAGE_DOMAIN_ERRORS] = _domain_error_page
 
     @app.errorhandler(CSRFError)
     def _csrf_error(exc):
@@ -86,12 +98,3 @@ def init_app(app) -> None:
                                message=_("The form was missing its security token or it expired. "
                                          "Go back, reload the page and try again.")), 400
 
-    @app.errorhandler(TooManyAttempts)
-    def _too_many(exc):
-        if _is_api():
-            from app.api import error_response
-            return error_response(exc)
-        seconds = max(1, math.ceil(exc.retry_after_ms / 1000))
-        body = render_template("auth/error.html", code=429, title=_("Too many attempts"),
-                               message=_("Please wait %(seconds)s s and try again.", seconds=seconds))
-        return body, 429, {"Retry-After": str(seconds)}

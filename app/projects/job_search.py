@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 from sqlalchemy import text
 
@@ -56,7 +56,7 @@ def _epoch(name: str, raw) -> int | None:
     except ValueError:
         raise InvalidRequest(f"{name} must be UNIX seconds or a date (YYYY-MM-DD[THH:MM])",
                              details={"field": name}) from None
-    return int((parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).timestamp())
+    return int((parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp())
 
 
 @dataclass(frozen=True)

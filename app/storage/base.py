@@ -17,7 +17,8 @@ import abc
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
+from collections.abc import Iterator
 
 CHUNK = 1024 * 1024
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")

@@ -25,7 +25,8 @@ import contextlib
 import io
 import mimetypes
 import os
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
+from collections.abc import Iterator
 
 import boto3
 from botocore.config import Config

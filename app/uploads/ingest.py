@@ -12,7 +12,6 @@ import hashlib
 import logging
 import os
 import re
-import socket
 import time
 from dataclasses import dataclass
 
@@ -94,7 +93,7 @@ def stream_to(fd: int, stream, size: int, deadline: float, sock) -> str:
             sock.settimeout(min(remaining, 60.0))
         try:
             chunk = stream.read(min(CHUNK, left))
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             raise TimeoutError("upload budget exhausted") from None
         except ClientDisconnected:  # werkzeug's server: short body or read timeout
             raise ConnectionError("client closed the upload early") from None

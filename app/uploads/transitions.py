@@ -5,8 +5,9 @@ Admission, staging, rejection, archive completion, cancellation, staged
 expiry, and holding/releasing the files of revoked workers. Transitions of
 live (running or uploading) attempts lock the job row and then the attempt
 first — the lock order of claims, outcomes, the reaper and revocation — and
-all of them move rows with guarded ``UPDATE``s whose row counts decide. The spool reservation of an upload is released in the
-same transaction that takes the upload out of a live state, so quota is
+all of them move rows with guarded ``UPDATE``s whose row counts decide. The
+spool reservation of an upload is released in the same transaction that
+takes the upload out of a live state, so quota is
 freed exactly once; a held upload keeps its reservation until released.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """queue core: users, tokens, projects, jobs, attempts, counter triggers
 
 Revision ID: 0001
-Revises: 
+Revises:
 Create Date: 2026-11-29 09:49:22.747153
 
 """

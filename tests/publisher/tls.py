@@ -23,7 +23,7 @@ def make_certificates(directory, hostname: str) -> tuple[str, str, str]:
     for) fails: that is what the pinned-connection test relies on.
     """
     directory = Path(directory)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = (x509.CertificateBuilder().subject_name(_name("FleetHQ test CA")).issuer_name(_name("FleetHQ test CA"))
           .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())

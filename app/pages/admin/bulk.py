@@ -114,5 +114,5 @@ def bulk_progress_live(project_id, action_id):
 def bulk_cancel(project_id, action_id):
     _action_or_404(project_id, action_id)
     state = bulk.cancel(project_id, action_id)["state"]
-    return done(_("Bulk action %(action_id)s is %(state)s.", action_id=action_id, state=state), "admin.bulk_progress", project_id=project_id,
-                action_id=action_id)
+    return done(_("Bulk action %(action_id)s is %(state)s.", action_id=action_id, state=state),
+                "admin.bulk_progress", project_id=project_id, action_id=action_id)

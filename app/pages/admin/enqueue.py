@@ -75,7 +75,6 @@ def specs_from_values(text: str, mode: str, job_type: str) -> list[dict]:
 
 
 def specs_from_jsonl(text: str, mode: str) -> list[dict]:
-    specs = []
     return [_normalize(_loads(line, f"line {n}"), mode, f"line {n}") for n, line in _lines(text)]
 
 
@@ -147,5 +146,6 @@ def enqueue_source(project_id):
         return source_import.import_source(project_id, upload.stream, limits=limits,
                                            batch_size=cfg["SOURCE_BATCH"])
 
-    return attempt(run, lambda r: _("Source imported: %(jobs)s jobs read, %(inserted)s new.", jobs=r.jobs, inserted=r.inserted),
+    return attempt(run, lambda r: _("Source imported: %(jobs)s jobs read, %(inserted)s new.",
+                                    jobs=r.jobs, inserted=r.inserted),
                    "admin.project", project_id=project_id)

@@ -131,4 +131,5 @@ def set_consumer_timeout(consumer_id):
 @bp.post("/hooks/deliveries/<delivery_id>/retry")
 def retry_delivery(delivery_id):
     return attempt(lambda: deliveries.retry_now(decimal_id(delivery_id, "delivery_id")),
-                   lambda d: _("Delivery %(delivery_id)s is due now.", delivery_id=d['delivery_id']), "admin.hooks", **_back())
+                   lambda d: _("Delivery %(delivery_id)s is due now.", delivery_id=d['delivery_id']),
+                   "admin.hooks", **_back())

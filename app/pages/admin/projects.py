@@ -167,7 +167,8 @@ def update_policy(project_id):
             raise InvalidRequest("nothing to change")
         return service.put(project_id, fields, partial=True)[0]
 
-    return attempt(save, lambda p: _("Policy saved (version %(policy_version)s, status %(status)s).", policy_version=p.policy_version, status=p.status),
+    return attempt(save, lambda p: _("Policy saved (version %(policy_version)s, status %(status)s).",
+                                     policy_version=p.policy_version, status=p.status),
                    "admin.project", project_id=project_id)
 
 

@@ -110,7 +110,8 @@ def delete_user(user_id):
         return refuse(_("Tick the confirmation box to delete %(user_id)s.", user_id=user_id), "admin.users")
     if user_id == actor():
         return refuse(_("You cannot delete yourself; ask another admin."), "admin.users")
-    return attempt(lambda: accounts.delete_user(user_id), _("User %(user_id)s deleted.", user_id=user_id), "admin.users")
+    return attempt(lambda: accounts.delete_user(user_id), _("User %(user_id)s deleted.", user_id=user_id),
+                   "admin.users")
 
 
 @bp.post("/users/<segment:user_id>/sessions/end")

@@ -101,9 +101,11 @@ def decide_node(node_id, action):
         return _unconfirmed(action, "admin.node", node_id=node_id)
     reason = form_reason()
     if action in REASON_ACTIONS and reason is None:
-        return refuse(_("Say why: a %(action)s needs a reason.", action=action), "admin.node", action=action, node_id=node_id)
+        return refuse(_("Say why: a %(action)s needs a reason.", action=action), "admin.node", action=action,
+                      node_id=node_id)
     return attempt(lambda: fleet.decide(node_id, action, actor=actor(), reason=reason),
-                   lambda n: _("Node %(name)s (%(id)s) is now %(status)s.", name=n.name, id=n.id, status=n.status), "admin.workers")
+                   lambda n: _("Node %(name)s (%(id)s) is now %(status)s.", name=n.name, id=n.id, status=n.status),
+                   "admin.workers")
 
 
 @bp.post("/workers/token/<segment:user_id>/<segment:worker_id>/<action>")
@@ -115,7 +117,8 @@ def decide_token_worker(user_id, worker_id, action):
         return refuse(_("Say why: a %(action)s needs a reason.", action=action), "admin.token_worker", action=action,
                       user_id=user_id, worker_id=worker_id)
     return attempt(lambda: fleet.decide_token_worker(user_id, worker_id, action, reason=reason),
-                   lambda w: _("Token worker %(user_id)s/%(worker_id)s is now %(status)s.", user_id=w.user_id, worker_id=w.worker_id, status=w.status),
+                   lambda w: _("Token worker %(user_id)s/%(worker_id)s is now %(status)s.",
+                               user_id=w.user_id, worker_id=w.worker_id, status=w.status),
                    "admin.workers")
 
 
