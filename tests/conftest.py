@@ -137,6 +137,13 @@ def admin_token(app):
 
 
 @pytest.fixture
+def api(admin_token, client):
+    """FleetHQ's and SavewebHQ's admin API as the admin, through the test client."""
+    from tests.helpers import Api
+    return Api(client, admin_token)
+
+
+@pytest.fixture
 def make_user(app):
     return lambda user_id, roles: _make_user(app, user_id, roles)
 

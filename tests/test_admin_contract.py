@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.helpers import VERSION, Api, api_error, body, sql, values
+from tests.helpers import VERSION, api_error, body, sql, values
 
 ADMIN = "/api/v1/admin/projects"
 FLEETHQ = "/api/v1/fleethq/projects"
@@ -19,11 +19,6 @@ SUMMARY_KEYS = {"id", "status", "identity_mode", "claim_order", "dispatch_qps", 
                 "policy_version", "job_counts", "created_at", "updated_at"}
 COUNT_KEYS = {"todo", "wip", "done", "failed", "reset_exhausted"}
 ZERO = dict.fromkeys(COUNT_KEYS, 0)
-
-
-@pytest.fixture
-def api(client, admin_token):
-    return Api(client, admin_token)
 
 
 _error = api_error

@@ -76,11 +76,6 @@ def pages(app, client):
     return Pages(client, "page-admin")
 
 
-@pytest.fixture
-def api(client, admin_token):
-    return Api(client, admin_token)
-
-
 def job_ids(page_html: str) -> list[int]:
     return [int(i) for i in re.findall(r'href="/admin/jobs/(\d+)"', page_html)]
 

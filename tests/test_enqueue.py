@@ -5,15 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import Api, api_error, body, values
+from tests.helpers import api_error, body, values
 from workers.protocol import default_job_id
 
 ZERO = {"todo": 0, "wip": 0, "staged": 0, "done": 0, "failed": 0, "reset_exhausted": 0}
-
-
-@pytest.fixture
-def api(client, admin_token):
-    return Api(client, admin_token)
 
 
 _error = api_error

@@ -123,11 +123,6 @@ def job_row(app, job_id: str):
                     "FROM jobs WHERE id = :j", j=int(job_id))[0]
 
 
-@pytest.fixture
-def api(client, admin_token):
-    return Api(client, admin_token)
-
-
 # --------------------------------------------------------------- enrollment
 
 def test_enroll_cli_prints_a_one_time_credential_stored_hashed(app):

@@ -13,11 +13,6 @@ FULL_JOB_KEYS = {"job_id", "id", "value", "type", "via", "hops", "attr", "random
                  "worker_id", "lease_expires_at", "resets", "attempts", "last_error"}
 
 
-@pytest.fixture
-def api(client, admin_token):
-    return Api(client, admin_token)
-
-
 def _ok(response, status=200):
     assert response.status_code == status, (response.status_code, body(response))
     return body(response)

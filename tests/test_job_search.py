@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.helpers import Api, body, sql
+from tests.helpers import body, sql
 from tests.test_admin_pages import Pages, sign_in
 
 
@@ -16,11 +16,6 @@ from tests.test_admin_pages import Pages, sign_in
 def pages(app, client):
     sign_in(app, client)
     return Pages(client, "page-admin")
-
-
-@pytest.fixture
-def api(client, admin_token):
-    return Api(client, admin_token)
 
 
 def _found(page: str) -> list[int]:

@@ -9,18 +9,12 @@ import json
 import socket
 import time
 
-import pytest
 import requests
 
 from tests.conftest import unique
 from tests.fleet_helpers import Node
 from tests.gunicorn_master import Gunicorn
 from tests.helpers import VERSION, Api, api_error, body, sql, values, wait_for
-
-
-@pytest.fixture
-def api(client, admin_token):
-    return Api(client, admin_token)
 
 
 def _tier(app, node: Node, tier: str) -> None:

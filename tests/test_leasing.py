@@ -73,11 +73,6 @@ def db_now(app) -> float:
 
 
 @pytest.fixture
-def api(client, admin_token):
-    return Api(client, admin_token)
-
-
-@pytest.fixture
 def bob(client, make_user):
     """A second user whose machine token may also run workers."""
     return Api(client, make_user("bob", ["worker"]))

@@ -73,11 +73,6 @@ def extend(node: Node, project: str, jobs, seconds: int):
         "items": [{"job_id": j["job_id"], "attempt_id": j["attempt_id"]} for j in jobs]})
 
 
-@pytest.fixture
-def api(client, admin_token):
-    return Api(client, admin_token)
-
-
 # ------------------------------------------------------- fresh heartbeats
 
 def test_claims_need_a_fresh_heartbeat(app, client, api):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.helpers import VERSION, Api, api_error, body, values
+from tests.helpers import VERSION, api_error, body, values
 
 ZERO = {"todo": 0, "wip": 0, "staged": 0, "done": 0, "failed": 0, "reset_exhausted": 0}
 POLICY_KEYS = {"kind", "status", "identity_mode", "claim_order", "dispatch_qps", "worker_claim_qps",
@@ -36,11 +36,6 @@ PDF_DEFAULTS = {
     "task_timeout_seconds": 900,
     "attempt_timeout_seconds": 360, "upload_timeout_seconds": 120,
 }
-
-
-@pytest.fixture
-def api(client, admin_token):
-    return Api(client, admin_token)
 
 
 _error = api_error

@@ -8,14 +8,9 @@ import pytest
 
 from app import config as app_config
 from app.ops import retention
-from tests.helpers import Api, body, sql, values
+from tests.helpers import body, sql, values
 from tests.test_admin_pages import sign_in
 from tests.test_ops import samples
-
-
-@pytest.fixture
-def api(client, admin_token):
-    return Api(client, admin_token)
 
 
 @pytest.fixture

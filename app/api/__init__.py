@@ -2,30 +2,16 @@
 from __future__ import annotations
 
 import logging
-import math
 
-from flask import Blueprint, current_app, jsonify, request
+from flask import current_app, request
 from werkzeug.exceptions import HTTPException
 
+from app.api.base import _HTTP_CODES, bp, error_response
 from app.errors import FleetError
 from app.extensions import use_fleet_pool
 
+__all__ = ["bp", "error_response", "init_app"]
 log = logging.getLogger(__name__)
-bp = Blueprint("api", __name__, url_prefix="/api/v1")
-
-# As SavewebHQ answers them: an unknown route is not_found, every other
-# client error of the HTTP layer (405 included) is invalid_request.
-_HTTP_CODES = {401: "invalid_machine_token", 403: "permission_denied", 404: "not_found",
-               413: "too_large", 415: "unsupported_media_type"}
-
-
-def error_response(exc: FleetError):
-    response = jsonify(exc.envelope())
-    response.status_code = exc.status
-    if exc.retry_after_ms > 0:
-        response.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_ms / 1000)))
-    return response
-
 
 def _is_api() -> bool:
     return request.path.startswith("/api/")

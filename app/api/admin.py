@@ -10,7 +10,8 @@ from contextlib import contextmanager
 
 from flask import current_app, jsonify, request
 
-from app.api import bp, contract
+from app.api import contract
+from app.api.base import bp
 from app.api import admin_params as params
 from app.api import admin_schemas as S
 from app.api import validate as v

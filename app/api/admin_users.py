@@ -10,7 +10,8 @@ from __future__ import annotations
 from flask import jsonify
 
 from app.accounts import service as accounts
-from app.api import bp, contract
+from app.api import contract
+from app.api.base import bp
 from app.api import validate as v
 from app.api.auth import body_limit, require
 from app.errors import InvalidRequest, NotFound

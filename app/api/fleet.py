@@ -9,7 +9,7 @@ import time
 
 from flask import current_app, jsonify, request
 
-from app.api import bp
+from app.api.base import bp
 from app.api import validate as v
 from app.api.auth import body_limit, principal, require, require_worker
 from app.errors import InvalidRequest, NotFound

@@ -11,7 +11,7 @@ from flask import jsonify, request
 
 from app.api import admin_params as params
 from app.api import admin_schemas as S
-from app.api import bp
+from app.api.base import bp
 from app.api import validate as v
 from app.api.auth import body_limit, require
 from app.errors import InvalidRequest

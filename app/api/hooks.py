@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Response, current_app, jsonify, request, stream_with_context
 
-from app.api import bp
+from app.api.base import bp
 from app.api import validate as v
 from app.api.auth import bearer, body_limit, require
 from app.errors import NotFound, PermissionDenied

@@ -10,7 +10,8 @@ import time
 
 from flask import current_app, jsonify
 
-from app.api import bp, contract
+from app.api import contract
+from app.api.base import bp
 from app.api import validate as v
 from app.api.auth import bearer, check_client_version, principal, worker_call
 from app.api.peer import client_gone

@@ -18,7 +18,7 @@ from http import HTTPStatus
 from flask import current_app, jsonify
 from werkzeug.routing import IntegerConverter, PathConverter
 
-from app.api import bp
+from app.api.base import bp
 from app.api import validate as v
 from app.api.declarations import Declaration, Media, declaration_for
 

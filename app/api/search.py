@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import jsonify
 
-from app.api import bp
+from app.api.base import bp
 from app.api import validate as v
 from app.api.auth import require
 from app.search import query

@@ -28,6 +28,13 @@ class Worker:
     worker_id: str
     owner: str | None
 
+    def owns(self, row) -> bool:
+        """Is this attempt row (``worker_owner``, ``worker_id``) the caller's?
+        Token workers upload with their user's token and no worker id: the
+        user owns all of its workers' attempts."""
+        return row is not None and row["worker_owner"] == self.owner \
+            and self.worker_id in (None, row["worker_id"])
+
 
 # What a claim answers in ``retry_after_ms`` when the bucket gives no hint:
 # SavewebHQ's default pause before the next claim.

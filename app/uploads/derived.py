@@ -27,7 +27,6 @@ from app.extensions import db
 from app.hooks import derived
 from app.search.index import check_text, index_paper
 from app.projects.leasing import Worker
-from app.uploads import transitions
 from workers import pdfcheck
 
 TEXT_MAX_BYTES = 32 * 1024 * 1024
@@ -44,7 +43,7 @@ def _attempt(attempt_id: int, worker: Worker, *, states=("running",)):
     row = db.session.execute(text(
         "SELECT a.job_id, a.worker_id, a.worker_owner, a.state, a.lease_expires_at > now() AS live "
         "FROM attempts a WHERE a.id = :a"), {"a": attempt_id}).mappings().first()
-    if not transitions.owned_by(row, worker):
+    if not worker.owns(row):
         raise Conflict("no such attempt for this worker", code="stale_attempt")
     if row["state"] not in states or not row["live"]:
         raise Conflict(f"attempt is {row['state']} and no longer leased", code="stale_attempt",

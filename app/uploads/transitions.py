@@ -68,17 +68,10 @@ def _lock(attempt_id: int):
         WHERE a.id = :a FOR UPDATE OF j, a"""), {"a": attempt_id}).mappings().first()
 
 
-def owned_by(row, worker: Worker) -> bool:
-    """Is this attempt row the caller's? Token workers upload with their
-    user's token and no worker id: the user owns all of its workers' attempts."""
-    return row is not None and row["worker_owner"] == worker.owner \
-        and worker.worker_id in (None, row["worker_id"])
-
-
 def _lock_owned(attempt_id: int, worker: Worker):
     """``_lock`` for the caller's own attempt; else Conflict ``stale_attempt``."""
     row = _lock(attempt_id)
-    if not owned_by(row, worker):
+    if not worker.owns(row):
         db.session.rollback()
         raise Conflict("no such attempt for this worker", code="stale_attempt")
     return row
