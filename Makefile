@@ -3,7 +3,7 @@ PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || command -
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install system-packages translations translations-update dev test lint bench clean
+.PHONY: install system-packages translations translations-update dev test test-fast lint bench clean
 
 install: $(VENV)/.installed
 
@@ -59,6 +59,11 @@ dev: install system-packages translations
 # then tested; the slowest tests are listed at the end: where the time goes.
 test: install system-packages translations lint
 	$(BIN)/python -m pytest -q --durations=25
+
+# The first tier (tests/conftest.py): what needs nothing running, in about
+# two minutes; make test runs every tier.
+test-fast: install translations lint
+	$(BIN)/python -m pytest -q -m unit
 
 lint: install
 	$(BIN)/ruff check app workers tasks tests bench migrations wsgi.py

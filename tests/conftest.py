@@ -229,3 +229,38 @@ def make_app(url: str, **kw):
     from app import create_app
     return create_app({"DATABASE_URL": url, "TESTING": True, "LOG_JSON": False,
                        "OUTBOX_SENDER": "recording"}, **kw)
+
+
+# ------------------------------------------------------------------ tiers
+#
+# Every test is in one tier, by what it needs (make test-fast runs the first):
+#   unit       nothing running: code, files, child processes of the code
+#              under test (a PDF check, an OCR run, a CLI's argument errors);
+#   services   PostgreSQL and Redis, the app in this process (test client);
+#   processes  whole programs beside the test: the master, workers, the
+#              publisher, a browser, gunicorn, PgBouncer, SavewebHQ's own.
+# The tier follows from the fixtures a test uses, so a new test is placed
+# without being listed anywhere; a module whose tests start programs
+# themselves says so with ``pytestmark = pytest.mark.processes``.
+SERVICE_FIXTURES = frozenset({"app", "database_url", "redis_url", "scratch_database_url"})
+PROCESS_FIXTURES = frozenset({
+    "archiver", "browser", "cluster", "consumer", "fleet", "gunicorn_project", "hq", "hq_server",
+    "live_server", "master", "moto", "page", "pgbouncer", "pooled_master", "pub", "publisher", "s3",
+    "s3_endpoint", "site", "stand_in", "standin", "web", "world"})
+TIERS = ("unit", "services", "processes")
+
+
+def pytest_configure(config):
+    for tier, what in zip(TIERS, ("needs nothing running", "PostgreSQL and Redis, the app in-process",
+                                  "whole programs beside the test"), strict=True):
+        config.addinivalue_line("markers", f"{tier}: {what} (tier, set by tests/conftest.py)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("processes"):
+            continue
+        used = set(getattr(item, "fixturenames", ()))
+        tier = ("processes" if used & PROCESS_FIXTURES
+                else "services" if used & SERVICE_FIXTURES else "unit")
+        item.add_marker(tier)

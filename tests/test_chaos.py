@@ -12,6 +12,10 @@ import re
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.processes  # bench/chaos.py starts the whole system
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -16,6 +16,8 @@ from workers.fetch import FetchConfig, browser_available, browser_status, close_
 from workers.fetch import browser as browser_lane
 from workers.fetch.chromium import thread_browser
 
+pytestmark = pytest.mark.processes  # Chromium, and the publisher in a child
+
 
 @pytest.fixture(scope="module")
 def cfg(pub):

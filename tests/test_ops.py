@@ -423,6 +423,7 @@ class DevStack:
 
 
 @pytest.mark.slow
+@pytest.mark.processes  # python -m app.dev, the whole stack
 def test_host_commands_find_the_make_dev_stack_with_nothing_exported():
     import shutil
     import tempfile
