@@ -55,7 +55,8 @@ translations-update: install
 dev: install system-packages translations
 	$(BIN)/python -m app.dev
 
-# The code is checked first (ruff; the import contracts of pyproject.toml),
+# The code is checked first (ruff; the import contracts of pyproject.toml;
+# mypy on the typed packages),
 # then tested; the slowest tests are listed at the end: where the time goes.
 test: install system-packages translations lint
 	$(BIN)/python -m pytest -q --durations=25
@@ -68,6 +69,7 @@ test-fast: install translations lint
 lint: install
 	$(BIN)/ruff check app workers tasks tests bench migrations wsgi.py
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 bench: install
 	$(BIN)/python bench/claim_throughput.py

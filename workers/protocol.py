@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from typing import TypeGuard
 from urllib.parse import urlsplit, urlunsplit
 
 CLIENT_VERSION_HEADER = "X-Client-Version"
@@ -95,11 +96,11 @@ def strict_json_loads(data, *, max_depth: int = MAX_JSON_DEPTH):
     return value
 
 
-def is_identifier(value) -> bool:
+def is_identifier(value) -> TypeGuard[str]:
     return isinstance(value, str) and IDENTIFIER_RE.match(value) is not None
 
 
-def is_int(value) -> bool:
+def is_int(value) -> TypeGuard[int]:
     # JSON booleans decode to bool, a subclass of int: they are not integers here.
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -91,7 +91,7 @@ class Job:
         self._reporter = reporter            # sends complete/fail/extend for this queue
         self._tracker = tracker              # the queue's renewer (or None)
         self._lock = threading.Lock()
-        self._lease_expires_at = info.lease_expires_at
+        self._lease_expires_at: int = info.lease_expires_at
         self._cancel_reason: str | None = None
         self._finishing = 0                  # reports in flight: a racing renewal's
         self._finished = False               # rejection must not cancel a success

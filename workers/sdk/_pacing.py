@@ -21,7 +21,7 @@ class ClaimPacer:
                  clock=time.monotonic):
         self._rng = rng or random.Random()
         self._clock = clock
-        self._qps = None
+        self._qps: float | None = None
         self._next_at: float | None = None  # None: no claim made yet
         self._not_before = 0.0              # a pause the master asked for
         self.set_rate(qps)

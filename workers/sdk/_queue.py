@@ -108,6 +108,7 @@ class ProjectQueue:
     def policy(self) -> Policy:
         if self._policy is None:
             self.refresh_policy()
+        assert self._policy is not None  # refresh_policy sets it or raises
         return self._policy
 
     @property

@@ -5,8 +5,12 @@ from __future__ import annotations
 import threading
 import time
 from itertools import groupby
+from typing import TYPE_CHECKING
 
 from workers.sdk._errors import APIError, FleetHQError
+
+if TYPE_CHECKING:
+    from workers.sdk._jobs import Job
 
 BATCH = 256
 # Jobs due within this share of a quarter lease ride along with a due batch,
@@ -26,7 +30,7 @@ class Renewer:
         self._extend = extend  # (jobs, seconds, interrupt, deadline) -> [ItemResult]
         self._name = name
         self._cv = threading.Condition()
-        self._jobs: dict[str, object] = {}   # attempt id -> Job
+        self._jobs: dict[str, Job] = {}   # attempt id -> Job
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -74,11 +78,11 @@ class Renewer:
                 job.lose("the lease ran out before a renewal got through")
             for seconds, group in groupby(sorted(due, key=lambda j: j.lease_seconds),
                                           key=lambda j: j.lease_seconds):
-                group = list(group)
-                for start in range(0, len(group), BATCH):
+                jobs = list(group)
+                for start in range(0, len(jobs), BATCH):
                     if self._stop.is_set():
                         return
-                    self._renew(group[start:start + BATCH], seconds)
+                    self._renew(jobs[start:start + BATCH], seconds)
 
     def _pick(self, now: float):
         due, expired, wake = [], [], None

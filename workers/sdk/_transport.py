@@ -16,7 +16,7 @@ from email.utils import parsedate_to_datetime
 import requests
 
 from workers.protocol import CLIENT_VERSION_HEADER_ALIAS
-from workers.sdk._errors import APIError, FleetHQError, ProtocolError, TransportError
+from workers.sdk._errors import APIError, ProtocolError, TransportError
 from workers.sdk._http import (CONNECT_TIMEOUT_S, HTTP_HINT, READ_TIMEOUT_S, Sessions, base_url,
                                error_from, segment)
 from workers.sdk._retry import DEFAULT, RetryPolicy
@@ -122,7 +122,7 @@ class Transport:
                 raise TransportError(f"{method} {path}: interrupted while waiting to retry")
         raise AssertionError("unreachable")  # the last attempt returns or raises
 
-    def _pause(self, exc: FleetHQError, attempt: int) -> float | None:
+    def _pause(self, exc: APIError | TransportError, attempt: int) -> float | None:
         """Seconds to wait before trying again, or None: do not retry."""
         if isinstance(exc, TransportError):
             return self.retry.backoff(attempt, self._rng) if exc.retryable else None
