@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from workers.private_file import OpenToOthers, read_private
+from workers.wire.private_file import OpenToOthers, read_private
 
 
 class ConfigError(ValueError):

@@ -18,8 +18,8 @@ import requests
 
 from _common import admin_token, fresh_database, gunicorn, tree_rss_mb
 
-from workers.protocol import default_job_id
-from workers.source import write_source
+from workers.wire.protocol import default_job_id
+from workers.wire.source import write_source
 
 
 def specs(n: int):

@@ -14,8 +14,8 @@ import pytest
 
 from tests.fleet_helpers import Node
 from tests.helpers import VERSION, Api, body, sql, values
-from workers.protocol import default_job_id
-from workers.source import write_source
+from workers.wire.protocol import default_job_id
+from workers.wire.source import write_source
 
 XSS = "<script>alert(1)</script>"
 CSRF_RE = re.compile(r'name="csrf_token" value="([^"]+)"')

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from workers.canonical import Identifier, InvalidIdentifier, canonical_key, classify
+from workers.wire.canonical import Identifier, InvalidIdentifier, canonical_key, classify
 
 ACCEPTED = [
     # DOIs, every accepted spelling of one DOI, then the edges of the prefix rule
@@ -138,7 +138,7 @@ def test_the_limit_is_bytes_not_characters():
 
 
 def test_importing_it_does_not_import_the_master():
-    code = ("import sys, workers.canonical; "
+    code = ("import sys, workers.wire.canonical; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('app', 'flask')); "
             "print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import api_error, body, values
-from workers.protocol import default_job_id
+from workers.wire.protocol import default_job_id
 
 ZERO = {"todo": 0, "wip": 0, "staged": 0, "done": 0, "failed": 0, "reset_exhausted": 0}
 

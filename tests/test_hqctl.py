@@ -18,7 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from workers import hqctl, hqctl_enqueue, source_cli
+from workers import hqctl
+from workers.hqctl import enqueue as hqctl_enqueue
+from workers.source import cli as source_cli
 
 
 def run(capsys, *argv):

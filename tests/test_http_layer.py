@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from tests.conftest import free_port
-from workers._cli_http import ApiError, Client
+from workers.cli.http import ApiError, Client
 from workers.runner.master import RETRY, Master, MasterError, Unreachable
 from workers.sdk import APIError, FleetHQError, RateLimited, RetryPolicy, TransportError
 from workers.sdk._retry import DEFAULT
@@ -135,7 +135,7 @@ def test_no_answer_is_unreachable_for_the_worker_and_a_transport_error_for_the_s
 
 def test_one_retry_policy_paces_every_client():
     assert RETRY is DEFAULT
-    from workers import hqctl_enqueue
+    from workers.hqctl import enqueue as hqctl_enqueue
     assert hqctl_enqueue.RETRY is DEFAULT
     rng = random.Random(7)
     policy = RetryPolicy(backoff_base_s=1.0, backoff_cap_s=8.0, max_retry_after_s=60.0)

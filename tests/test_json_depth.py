@@ -1,4 +1,4 @@
-"""JSON nested past the documented limit (workers.protocol.MAX_JSON_DEPTH)
+"""JSON nested past the documented limit (workers.wire.protocol.MAX_JSON_DEPTH)
 is a clear 400 on every entry point that parses JSON, over real HTTP, and
 leaves no traceback in the log: the decoder's RecursionError never escapes."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from tests.helpers import Api
-from workers.protocol import MAX_JSON_DEPTH
+from workers.wire.protocol import MAX_JSON_DEPTH
 
 DEEP = "[" * 10_000 + "]" * 10_000  # what used to answer 500
 JUST_OVER = "[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1)

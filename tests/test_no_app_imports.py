@@ -41,7 +41,7 @@ def worker_modules() -> list[str]:
 
 
 def test_the_walk_finds_the_sdk():
-    assert {"workers.sdk", "workers.sdk._queue", "workers.protocol"} <= set(worker_modules())
+    assert {"workers.sdk", "workers.sdk._queue", "workers.wire.protocol"} <= set(worker_modules())
 
 
 @pytest.mark.parametrize("module", worker_modules())

@@ -268,7 +268,7 @@ SCHEMATHESIS_DOC = schemathesis.openapi.from_dict(DOC)
 
 
 def _jobspecs(body):
-    from workers.protocol import SpecError, normalize_jobspec
+    from workers.wire.protocol import SpecError, normalize_jobspec
     for job in body["jobs"]:
         try:
             normalize_jobspec(job, "external_id" if "id" in job else "none")

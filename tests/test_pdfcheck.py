@@ -1,4 +1,4 @@
-"""workers.pdfcheck: the PDF check of DESIGN §8 step 4 (no database needed)."""
+"""workers.wire.pdfcheck: the PDF check of DESIGN §8 step 4 (no database needed)."""
 from __future__ import annotations
 
 import hashlib
@@ -12,7 +12,7 @@ import pikepdf
 import pytest
 
 from tests import pdfs
-from workers.pdfcheck import (ParseLimits, PdfCheckError, PdfInfo, PdfRejected, check_pdf_file,
+from workers.wire.pdfcheck import (ParseLimits, PdfCheckError, PdfInfo, PdfRejected, check_pdf_file,
                               sha256_file)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -208,7 +208,7 @@ def test_rejection_is_a_value_error():
 # --- isolation ------------------------------------------------------------------------
 
 def test_module_imports_without_flask_or_app():
-    code = ("import workers.pdfcheck, sys; "
+    code = ("import workers.wire.pdfcheck, sys; "
             "bad = [m for m in ('flask', 'app', 'pikepdf') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=30)

@@ -16,8 +16,8 @@ import sys
 
 import pytest
 
-from workers import source_cli
-from workers.source import SourceReader, write_source
+from workers.source import cli as source_cli
+from workers.wire.source import SourceReader, write_source
 
 # SavewebHQ's api/testdata/job-id-v1.json, copied so the test stands alone.
 JOB_ID_VECTORS = [
@@ -343,7 +343,7 @@ def test_usage_errors(tmp_path, capsys):
 
 
 def test_cli_modules_do_not_import_the_master():
-    code = ("import sys, workers.hqctl, workers.source_cli; "
+    code = ("import sys, workers.hqctl, workers.source.cli; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('app', 'flask')); "
             "print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

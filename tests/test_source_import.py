@@ -18,7 +18,7 @@ import zstandard
 
 from tests.conftest import unique
 from tests.helpers import Api, body, values
-from workers.source import write_source
+from workers.wire.source import write_source
 
 ZSTD = "application/zstd"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

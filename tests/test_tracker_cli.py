@@ -358,7 +358,7 @@ def test_every_command_is_covered_below():
 
 @pytest.mark.parametrize("command", sorted(DATABASE_COMMANDS))
 def test_every_command_reports_an_unreachable_database_in_one_line(command, tmp_path):
-    from workers.source import write_source
+    from workers.wire.source import write_source
     source = tmp_path / "jobs.jsonl.zst"
     with open(source, "wb") as fh:
         write_source([{"id": "a", "value": "x"}], fh)

@@ -16,7 +16,7 @@ from app.accounts.models import ROLES, USER_STATUSES, MachineToken, User
 from app.errors import InvalidRequest, InvalidToken, NotFound
 from app.extensions import db
 from app.fleet.service import NODE_SECRET_PREFIX
-from workers.protocol import is_identifier
+from workers.wire.protocol import is_identifier
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from app.api import validate as v
 from app.api.auth import require
 from app.errors import InvalidJob, InvalidRequest, NotFound, TooLarge, UnsupportedMediaType
 from app.projects import enqueue, jobs_admin, service, source_import
-from workers.protocol import SpecError, normalize_jobspec
-from workers.source import Limits
+from workers.wire.protocol import SpecError, normalize_jobspec
+from workers.wire.source import Limits
 
 # Refusals of the contract's admin writes: 400 (also for a wrong state), and
 # 409 for identity conflicts and inactive projects.

@@ -14,7 +14,7 @@ from app.api.jobs import ARTIFACT_RECEIPT, JOB_ID
 from app.projects.jobs_admin import CONTRACT_STATUSES
 from app.projects.models import JOB_STATES, PROJECT_KINDS
 from app.projects.policy import HELP, MAX_WORKER_ATTEMPTS
-from workers.protocol import (IDENTITY_MODES, INT32_MAX, INT32_MIN, JOB_TYPES, MAX_ATTR_BYTES,
+from workers.wire.protocol import (IDENTITY_MODES, INT32_MAX, INT32_MIN, JOB_TYPES, MAX_ATTR_BYTES,
                               MAX_VALUE_BYTES, MAX_VIA_BYTES)
 
 COUNT = v.int_range(0, v.INT64_MAX)

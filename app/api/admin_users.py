@@ -15,7 +15,7 @@ from app.api.base import bp
 from app.api import validate as v
 from app.api.auth import body_limit, require
 from app.errors import InvalidRequest, NotFound
-from workers.protocol import is_identifier
+from workers.wire.protocol import is_identifier
 
 STATUS = v.one_of("pending", "active", "suspended")
 # At most a handful of roles; a longer list is refused as not unique.

@@ -20,7 +20,7 @@ from app.fleet import service as fleet
 from app.fleet.lanes import Lane
 from app.projects import service as projects
 from app.projects.leasing import Worker
-from workers.protocol import CLIENT_VERSION_HEADER, CLIENT_VERSION_HEADER_ALIAS
+from workers.wire.protocol import CLIENT_VERSION_HEADER, CLIENT_VERSION_HEADER_ALIAS
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from app.storage import shared_store
 from app.uploads import derived as derived_uploads
 from app.uploads import downloads, ingest, receipts, transitions
 from app.uploads.spool import Spool
-from workers import pdfcheck
+from workers.wire import pdfcheck
 
 NODE_STATUSES = ("pending", "active", "draining", "rejected", "revoked")
 

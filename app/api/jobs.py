@@ -20,7 +20,7 @@ from app.extensions import db
 from app.fleet import service as fleet
 from app.projects import claim_audit, leasing, outcomes, service, wakeups
 from app.projects.models import UPLOAD_KINDS
-from workers.protocol import JOB_TYPES, is_identifier
+from workers.wire.protocol import JOB_TYPES, is_identifier
 
 JOB_ID = v.int_range(1, 2**63 - 1)
 

@@ -19,7 +19,7 @@ import copy
 import math
 
 from app.errors import InvalidRequest
-from workers.protocol import IDENTIFIER_RE, compact_json, is_identifier, is_int
+from workers.wire.protocol import IDENTIFIER_RE, compact_json, is_identifier, is_int
 
 INT32 = (-(2**31), 2**31 - 1)
 INT64_MAX = 2**63 - 1

@@ -16,7 +16,7 @@ from app.api.rules import (INT64_MAX, IntRange, Optional, any_object, any_of, an
                            json_object, json_pattern, list_of, map_of, named, nullable, number,
                            obj, one_of, schema_of, string, text, timestamp)
 from app.errors import InvalidRequest, TooLarge, UnsupportedMediaType
-from workers.protocol import JsonTooDeep, strict_json_loads
+from workers.wire.protocol import JsonTooDeep, strict_json_loads
 
 __all__ = ["API_ERROR", "ERROR_ENVELOPE", "INT64_MAX", "InvalidRequest", "Media", "Optional",
            "any_object", "any_of", "any_value", "array", "boolean", "check", "const", "custom",

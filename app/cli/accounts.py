@@ -12,8 +12,8 @@ from app.accounts import tokens
 from app.accounts.models import ROLES
 from app.cli.group import database_url_option, emit, fail, fleet
 from app.errors import FleetError
-from workers.private_file import OpenToOthers, read_private
-from workers.protocol import is_identifier
+from workers.wire.private_file import OpenToOthers, read_private
+from workers.wire.protocol import is_identifier
 
 
 @fleet.command("bootstrap-user")

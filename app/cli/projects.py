@@ -182,7 +182,7 @@ def enqueue_source(project_id, source, project_id_flag, input_file, max_jobs, ba
     from flask import current_app
 
     from app.projects import source_import
-    from workers.source import Limits
+    from workers.wire.source import Limits
     project_id = _one_value("project ID (--project-id)", project_id, project_id_flag)
     if source is not None and input_file is not None:
         raise click.UsageError("give the source file once (argument or --input)")

@@ -36,7 +36,7 @@ from app.errors import InvalidDocument
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote
 
-from workers.protocol import is_identifier
+from workers.wire.protocol import is_identifier
 from workers.runner.volume import fsync_dir
 
 log = logging.getLogger(__name__)

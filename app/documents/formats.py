@@ -4,7 +4,7 @@ Scanners and publishers produce PDFs (with or without text on some pages),
 TIFF (single and multi-page; bilevel, greyscale, 4-bit, colour), PNG and
 JPEG. A file is recognised by its first bytes, never by its name or the
 type a client claims. PDFs are checked as worker uploads are
-(:mod:`workers.pdfcheck`: complete, parseable in a limited child process)
+(:mod:`workers.wire.pdfcheck`: complete, parseable in a limited child process)
 but with no minimum size, since a one-bit scan of a page can be 2 KB; images
 are converted without loss by ``convert.py`` in a child with CPU, memory and
 time limits, and the PDF it made is checked the same way.
@@ -21,7 +21,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from workers import pdfcheck
+from workers.wire import pdfcheck
 
 MEDIA_TYPES = {"pdf": "application/pdf", "tiff": "image/tiff", "png": "image/png",
                "jpeg": "image/jpeg"}
@@ -96,7 +96,7 @@ def _check_pdf(path: str, label: str, max_bytes: int, sha256: str | None) -> pdf
 def prepare(path: str, sha256: str, label: str, workdir: str, *, max_bytes: int) -> Prepared:
     """Check the file at ``path`` (its SHA-256 known) and make the PDF OCR
     gets. ``label`` names the file in messages. Raises :class:`Refused`;
-    :class:`workers.pdfcheck.PdfCheckError` when the check itself failed."""
+    :class:`workers.wire.pdfcheck.PdfCheckError` when the check itself failed."""
     size = os.path.getsize(path)
     if size == 0:
         raise Refused("empty", f"{label}: the file is empty (0 bytes)")

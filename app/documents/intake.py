@@ -38,7 +38,7 @@ from app.hooks import derived
 from app.hooks.derived import LANGUAGES, PROFILE_NAME
 from app.projects import enqueue, service, wakeups
 from app.storage.base import StorageError, content_key
-from workers import pdfcheck
+from workers.wire import pdfcheck
 
 log = logging.getLogger(__name__)
 DEFAULT_PROFILE = {"name": "ocr", "languages": "eng"}

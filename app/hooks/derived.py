@@ -30,7 +30,7 @@ from app.extensions import db
 from app import outbox
 from app.projects import enqueue, wakeups
 from app.projects.models import Project
-from workers.protocol import value_digest
+from workers.wire.protocol import value_digest
 
 PROFILE_NAME = re.compile(r"\A[a-z0-9][a-z0-9-]{0,31}\Z")
 # Tesseract pack names joined by "+", as the OCR worker takes them.

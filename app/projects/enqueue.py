@@ -17,8 +17,8 @@ from app.errors import Conflict, InvalidJob
 from app.extensions import db
 from app.projects import service, wakeups
 from app.projects.models import Project
-from workers.canonical import InvalidIdentifier, canonical_key
-from workers.protocol import compact_json, value_digest
+from workers.wire.canonical import InvalidIdentifier, canonical_key
+from workers.wire.protocol import compact_json, value_digest
 
 _STAGE_DDL = """
 CREATE TEMP TABLE IF NOT EXISTS job_stage (

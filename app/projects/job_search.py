@@ -27,7 +27,7 @@ from sqlalchemy import text
 from app.errors import InvalidRequest
 from app.extensions import db
 from app.projects.models import JOB_STATES
-from workers.protocol import JOB_TYPES
+from workers.wire.protocol import JOB_TYPES
 
 PAGE_SIZE = 50
 Q_MAX_CHARS = 256

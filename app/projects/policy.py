@@ -6,7 +6,7 @@ import math
 
 from app.errors import InvalidRequest
 from app.projects.models import PROJECT_KINDS, UPLOAD_KINDS
-from workers.protocol import IDENTITY_MODES, is_identifier, is_int
+from workers.wire.protocol import IDENTITY_MODES, is_identifier, is_int
 
 # Fields a worker's behaviour or access depends on: changing one bumps
 # policy_version, so that workers re-read the policy (P4). As in the v1

@@ -8,7 +8,7 @@ from app import audit
 from app.errors import Conflict, InvalidJob
 from app.extensions import db
 from app.projects import enqueue, service, wakeups
-from workers.source import Limits, SourceError, SourceReader
+from workers.wire.source import Limits, SourceError, SourceReader
 
 
 @dataclass

@@ -20,7 +20,7 @@ from app.storage.base import IntegrityError, ObjectNotFound, StorageError, conte
 from app.uploads import derived as derived_uploads
 from app.uploads import spool as spool_mod
 from app.uploads import transitions
-from workers.canonical import InvalidIdentifier, canonical_key
+from workers.wire.canonical import InvalidIdentifier, canonical_key
 
 log = logging.getLogger(__name__)
 

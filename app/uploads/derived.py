@@ -27,7 +27,7 @@ from app.extensions import db
 from app.hooks import derived
 from app.search.index import check_text, index_paper
 from app.projects.leasing import Worker
-from workers import pdfcheck
+from workers.wire import pdfcheck
 
 TEXT_MAX_BYTES = 32 * 1024 * 1024
 # OCR adds an invisible text layer and re-encodes nothing it need not; four

@@ -23,8 +23,8 @@ from app.storage.base import StorageError
 from app.uploads import derived as derived_uploads
 from app.uploads import spool as spool_mod
 from app.uploads import transitions
-from workers import pdfcheck
-from workers.protocol import strict_json_loads
+from workers.wire import pdfcheck
+from workers.wire.protocol import strict_json_loads
 
 log = logging.getLogger(__name__)
 _SHA256 = re.compile(r"\A[0-9a-f]{64}\Z")

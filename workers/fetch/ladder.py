@@ -15,7 +15,7 @@ import time
 from typing import NamedTuple
 from urllib.parse import quote
 
-from workers.canonical import InvalidIdentifier, classify
+from workers.wire.canonical import InvalidIdentifier, classify
 
 from . import browser, store
 from .classify import classify_page

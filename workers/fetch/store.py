@@ -1,7 +1,7 @@
 """Recognise a PDF response, stream it to disk under the size cap, verify it.
 
 The bytes go to a temp file in ``dest_dir`` chunk by chunk (never the whole
-body in memory), then :func:`workers.pdfcheck.check_pdf_file` — the check the
+body in memory), then :func:`workers.wire.pdfcheck.check_pdf_file` — the check the
 master runs on uploads — decides; a file it refuses is deleted. An accepted
 file is renamed to ``<sha256>.pdf``: content-addressed, so fetching the same
 paper twice leaves one file.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from workers.pdfcheck import HEAD_WINDOW, PdfCheckError, PdfRejected, check_pdf_file
+from workers.wire.pdfcheck import HEAD_WINDOW, PdfCheckError, PdfRejected, check_pdf_file
 
 from .types import DISK, FetchFailure, INTERNAL, INVALID_PDF
 

@@ -15,7 +15,7 @@ import shutil
 import threading
 import time
 
-from workers import pdfcheck
+from workers.wire import pdfcheck
 from workers.runner.journal import Journal
 from workers.runner.volume import Volume, fsync_dir
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 
-from workers.protocol import CLIENT_VERSION_HEADER
+from workers.wire.protocol import CLIENT_VERSION_HEADER
 from workers.sdk._errors import FleetHQError, ProtocolError
 from workers.sdk._http import (CONNECT_TIMEOUT_S, READ_TIMEOUT_S, UPLOAD_BLOCK, BlockReader,
                                Sessions, base_url as _base_url, error_from, segment)

@@ -23,7 +23,7 @@ from urllib.parse import quote
 import requests
 from urllib3.exceptions import NewConnectionError
 
-from workers.protocol import master_base_url
+from workers.wire.protocol import master_base_url
 from workers.sdk._errors import APIError, ProtocolError, TransportError, api_error_class
 from workers.sdk._retry import retry_after_s
 

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from workers.protocol import is_identifier, is_int
+from workers.wire.protocol import is_identifier, is_int
 from workers.sdk._errors import LeaseLost, ProtocolError
 
 OUTCOME_KINDS = ("success", "http_error", "skipped")

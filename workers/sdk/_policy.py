@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workers.protocol import is_int
+from workers.wire.protocol import is_int
 from workers.sdk._errors import ProtocolError
 
 

@@ -7,7 +7,7 @@ import string
 import threading
 import time
 
-from workers.protocol import JOB_TYPES, is_identifier, is_int
+from workers.wire.protocol import JOB_TYPES, is_identifier, is_int
 from workers.sdk._errors import FleetHQError, ProtocolError
 from workers.sdk._jobs import ItemResult, Job, JobInfo
 from workers.sdk._pacing import ClaimPacer

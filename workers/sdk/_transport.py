@@ -15,7 +15,7 @@ from email.utils import parsedate_to_datetime
 
 import requests
 
-from workers.protocol import CLIENT_VERSION_HEADER_ALIAS
+from workers.wire.protocol import CLIENT_VERSION_HEADER_ALIAS
 from workers.sdk._errors import APIError, ProtocolError, TransportError
 from workers.sdk._http import (CONNECT_TIMEOUT_S, HTTP_HINT, READ_TIMEOUT_S, Sessions, base_url,
                                error_from, segment)

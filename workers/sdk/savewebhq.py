@@ -34,7 +34,7 @@ The errors fit FleetHQ's tree:
 from contextlib import contextmanager as _contextmanager
 from dataclasses import dataclass as _dataclass
 
-from workers import protocol as _protocol
+from workers.wire import protocol as _protocol
 from workers.sdk import _errors
 from workers.sdk._queue import ProjectQueue as _FleetQueue
 from workers.sdk._queue import new_worker_id as _new_worker_id

@@ -19,7 +19,7 @@ from app.extensions import db
 from app.pages.admin.base import actor, bp, cursor_arg, done, explain, form_reason, go, refuse
 from app.projects import bulk, job_search, service
 from app.projects.models import BULK_ACTIONS, JOB_STATES
-from workers.protocol import JOB_TYPES
+from workers.wire.protocol import JOB_TYPES
 
 
 def _project_or_404(project_id: str):

@@ -15,9 +15,9 @@ from flask_babel import gettext as _
 from app.errors import InvalidJob, InvalidRequest, TooLarge
 from app.pages.admin.base import attempt, bp
 from app.projects import enqueue, service, source_import
-from workers.protocol import (JsonTooDeep, SpecError, default_job_id, normalize_jobspec,
+from workers.wire.protocol import (JsonTooDeep, SpecError, default_job_id, normalize_jobspec,
                               strict_json_loads)
-from workers.source import Limits
+from workers.wire.source import Limits
 
 MAX_JOBS = 10_000
 # SavewebHQ's web enqueue: a JSON array of 1..256 JobSpecs, as its API batch.

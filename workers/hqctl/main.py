@@ -1,7 +1,7 @@
 """``hqctl``: remote administration of a FleetHQ master over the machine API (DESIGN §6).
 
 ``hqctl enqueue`` and ``hqctl enqueue-source`` take SavewebHQ's hqctl command
-lines unchanged (``workers.hqctl_enqueue``); the other commands are FleetHQ's.
+lines unchanged (``workers.hqctl.enqueue``); the other commands are FleetHQ's.
 Settings: ``--url``/``HQ_URL`` (or ``--master``/``FLEETHQ_MASTER``) and
 ``--machine-token-file``/``HQ_MACHINE_TOKEN_FILE`` (or ``--token``,
 ``--token-file``, ``FLEETHQ_TOKEN``, ``FLEETHQ_TOKEN_FILE``). Results are JSON
@@ -15,12 +15,12 @@ import json
 import os
 import sys
 
-from workers._cli_args import SAVEWEBHQ_USAGE_EXIT, CliParser, duration, parse_args
-from workers._cli_http import ApiError, CliError, Client, UsageError, resolve_settings, segment
-from workers.hqctl_enqueue import (DEFAULT_BATCH_SIZE, DEFAULT_MAX_JOBS, DEFAULT_PROGRESS_EVERY,
+from workers.cli.args import SAVEWEBHQ_USAGE_EXIT, CliParser, duration, parse_args
+from workers.cli.http import ApiError, CliError, Client, UsageError, resolve_settings, segment
+from workers.hqctl.enqueue import (DEFAULT_BATCH_SIZE, DEFAULT_MAX_JOBS, DEFAULT_PROGRESS_EVERY,
                                    _emit, cmd_enqueue, cmd_enqueue_source)
-from workers.protocol import IDENTITY_MODES
-from workers.spec_input import InputError
+from workers.wire.protocol import IDENTITY_MODES
+from workers.cli.spec_input import InputError
 
 DEFAULT_TIMEOUT = 600.0  # SavewebHQ's --timeout default, 10m
 
@@ -302,7 +302,3 @@ def main(argv=None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

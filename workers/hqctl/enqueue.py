@@ -17,10 +17,10 @@ import stat
 import sys
 import time
 
-from workers._cli_http import ApiError, CliError, Progress, UploadBody, UsageError, segment
-from workers.protocol import IDENTITY_MODES
+from workers.cli.http import ApiError, CliError, Progress, UploadBody, UsageError, segment
+from workers.wire.protocol import IDENTITY_MODES
 from workers.sdk._retry import DEFAULT as RETRY
-from workers.spec_input import InputError, SpecInput
+from workers.cli.spec_input import InputError, SpecInput
 
 # The master refuses enqueue bodies over 8 MiB; the margin covers the envelope.
 MAX_BATCH_BODY = 8 * 1024 * 1024 - 4096

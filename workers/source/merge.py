@@ -17,9 +17,9 @@ import os
 import sys
 from dataclasses import dataclass
 
-from workers.protocol import compact_json
-from workers.source import MAX_LINE, MAX_WINDOW, Limits, SourceError, SourceReader, SourceWriter
-from workers.spec_input import InputError
+from workers.wire.protocol import compact_json
+from workers.wire.source import MAX_LINE, MAX_WINDOW, Limits, SourceError, SourceReader, SourceWriter
+from workers.cli.spec_input import InputError
 
 DEFAULT_JOBS_PER_FILE = 100_000
 DEFAULT_MAX_JOBS = 10_000_000

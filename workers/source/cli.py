@@ -8,7 +8,7 @@
 ``pack`` and ``merge`` take SavewebHQ's ``source pack``/``source merge`` command
 lines unchanged (parity S1–S4); FleetHQ's older spellings (positional inputs,
 ``-o``, ``--project-mode``) are accepted too. Every job is checked with the
-master's own rules (``workers.protocol``), so a file that packs cleanly
+master's own rules (``workers.wire.protocol``), so a file that packs cleanly
 imports cleanly. Outputs are new files: an existing file is never replaced.
 """
 from __future__ import annotations
@@ -19,13 +19,13 @@ import json
 import os
 import sys
 
-from workers._cli_args import SAVEWEBHQ_USAGE_EXIT, CliParser, parse_args
-from workers.protocol import IDENTITY_MODES
-from workers.source import SourceError, SourceReader, SourceWriter
-from workers.source_merge import (DEFAULT_JOBS_PER_FILE, DEFAULT_MAX_BYTES, DEFAULT_MAX_JOBS,
+from workers.cli.args import SAVEWEBHQ_USAGE_EXIT, CliParser, parse_args
+from workers.wire.protocol import IDENTITY_MODES
+from workers.wire.source import SourceError, SourceReader, SourceWriter
+from workers.source.merge import (DEFAULT_JOBS_PER_FILE, DEFAULT_MAX_BYTES, DEFAULT_MAX_JOBS,
                                   MAX_BYTES_BOUND, MAX_INPUTS, MAX_JOBS_BOUND, SplitOutputs,
                                   create_exclusive, finish_file, merge_sources)
-from workers.spec_input import InputError, SpecInput
+from workers.cli.spec_input import InputError, SpecInput
 
 __all__ = ["InputError", "SpecInput", "build_parser", "main", "parse_args"]
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import zstandard
 
-from workers.protocol import JsonTooDeep, SpecError, normalize_jobspec, strict_json_loads
+from workers.wire.protocol import JsonTooDeep, SpecError, normalize_jobspec, strict_json_loads
 
 MAX_COMPRESSED = 256 * 1024 * 1024
 MAX_EXPANDED = 4 * 1024**3

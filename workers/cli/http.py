@@ -22,8 +22,8 @@ import time
 from importlib import metadata
 from urllib.parse import urlsplit
 
-from workers.private_file import OpenToOthers, read_private
-from workers.protocol import CLIENT_VERSION_HEADER
+from workers.wire.private_file import OpenToOthers, read_private
+from workers.wire.protocol import CLIENT_VERSION_HEADER
 from workers.sdk._errors import FleetHQError, ProtocolError
 from workers.sdk._http import (CONNECT_TIMEOUT_S, BlockReader, Sessions, base_url, describe,
                                environment_settings, error_from, reached, segment)

@@ -15,8 +15,8 @@ import os
 import stat
 import sys
 
-from workers.protocol import SpecError, default_job_id, normalize_jobspec, strict_json_loads
-from workers.source import MAX_LINE
+from workers.wire.protocol import SpecError, default_job_id, normalize_jobspec, strict_json_loads
+from workers.wire.source import MAX_LINE
 
 # Go's unicode.IsSpace: what SavewebHQ's hqctl trims to decide that a line is
 # blank. (Python's str.isspace also counts \x1c-\x1f.)

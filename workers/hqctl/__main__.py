@@ -1,0 +1,5 @@
+import sys
+
+from workers.hqctl.main import main
+
+sys.exit(main())
