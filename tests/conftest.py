@@ -17,6 +17,10 @@ import pytest
 from pytest_postgresql.janitor import DatabaseJanitor
 from werkzeug.serving import make_server
 
+# Fixtures several modules use, defined beside their helpers in tests/support/.
+from tests.support.pages import pages  # noqa: F401
+from tests.support.uploads import dirs, files  # noqa: F401
+
 PG_HOST = os.environ.get("FLEETHQ_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("FLEETHQ_TEST_PG_PORT", "5432"))
 PG_USER = os.environ.get("FLEETHQ_TEST_PG_USER", "postgres")

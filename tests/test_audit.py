@@ -11,7 +11,7 @@ import pytest
 
 from tests.fleet_helpers import Node
 from tests.helpers import Api, body, sql, values
-from tests.test_admin_pages import XSS, Pages, sign_in
+from tests.support.pages import Pages, XSS, sign_in
 
 
 @pytest.fixture

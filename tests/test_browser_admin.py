@@ -22,7 +22,7 @@ from tests.browser import SHOTS, browser  # noqa: F401  (fixture)
 from tests.fleet_helpers import Node, papers, pdf_project
 from tests.helpers import VERSION, Api
 # Spool and object store under tmp_path, test PDFs, a half-sent upload.
-from tests.test_uploads import dirs, files, read_response, sha, spool_names, streaming_upload  # noqa: F401
+from tests.support.uploads import read_response, sha, spool_names, streaming_upload
 from workers.wire.source import write_source
 
 XSS = "<script>alert(1)</script>"

@@ -13,7 +13,6 @@ from tests.browser import SHOTS, browser  # noqa: F401  (fixture)
 from tests.helpers import Api, sql
 from tests.test_browser_admin import page, site  # noqa: F401  (fixtures)
 from tests.test_documents_pages import _ocr_done
-from tests.test_uploads import dirs  # noqa: F401 (fixture)
 
 WORDS = [["quartz harbour lantern", "meadow thunder violin"], ["copper falcon whisper"]]
 

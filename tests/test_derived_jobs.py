@@ -13,7 +13,7 @@ import pytest
 from tests import scans
 from tests.fleet_helpers import Node, papers, pdf_project
 from tests.helpers import Api, api_error, body, sql
-from tests.test_uploads import archive, dirs  # noqa: F401 (fixtures)
+from tests.support.uploads import archive
 
 WORDS = [["quartz harbour lantern"], ["velvet orchard compass"]]
 

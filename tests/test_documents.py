@@ -14,7 +14,6 @@ import pytest
 
 from tests import scans
 from tests.helpers import Api, api_error, body, sql
-from tests.test_uploads import dirs  # noqa: F401 (fixture)
 
 WORDS = [["quartz harbour lantern", "meadow thunder violin"], ["copper falcon whisper"]]
 

@@ -17,7 +17,6 @@ from PIL import Image
 
 from tests import scans
 from tests.helpers import Api, sql, wait_for
-from tests.test_uploads import dirs  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 WORDS = [["quartz harbour lantern"], ["copper falcon whisper"]]

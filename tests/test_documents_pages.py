@@ -13,8 +13,7 @@ import pytest
 
 from tests import scans
 from tests.helpers import Api, sql
-from tests.test_admin_pages import Pages, sign_in
-from tests.test_uploads import dirs  # noqa: F401 (fixture)
+from tests.support.pages import Pages, sign_in
 
 WORDS = [["quartz harbour lantern"], ["copper falcon whisper"]]
 

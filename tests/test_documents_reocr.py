@@ -10,8 +10,7 @@ import pytest
 
 from tests import scans
 from tests.helpers import Api, api_error, body, sql
-from tests.test_admin_pages import Pages, sign_in
-from tests.test_uploads import dirs  # noqa: F401 (fixture)
+from tests.support.pages import Pages, sign_in
 
 
 @pytest.fixture

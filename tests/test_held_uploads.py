@@ -10,16 +10,19 @@ from __future__ import annotations
 import logging
 import os
 
+import pytest
+
 from tests.fleet_helpers import decide
-from tests.helpers import body
-from tests.test_admin_pages import Pages, sign_in
+from tests.helpers import body, wait_for
+from tests.support.pages import Pages, sign_in
 from tests.test_fleet import assert_cli_error, cli, cli_json
 from tests.test_spool import age, sweep
-# Shared fixtures and helpers of the upload tests (no test functions imported).
-from tests.test_uploads import (api, archive, attempt_row, dirs, execute, files,  # noqa: F401
-                                job_row, read_response, reserved, sha, spool_names, start,
-                                streaming_upload, token_worker_claims_a_paper, upload_rows,
-                                wait_for)
+from tests.support.uploads import (archive, attempt_row, execute, job_row, read_response, reserved, sha,
+                                   spool_names, start, streaming_upload, token_worker_claims_a_paper,
+                                   upload_rows)
+
+# The spool and the object store under tmp_path, for every test here.
+pytestmark = pytest.mark.usefixtures("dirs")
 
 FAR_FUTURE = 10 * 365 * 86400  # seconds: the sweeper looks at files this much later
 

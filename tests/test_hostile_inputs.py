@@ -21,7 +21,7 @@ import zstandard
 
 from tests.fleet_helpers import Node, decide, pdf_project
 from tests.helpers import VERSION, Api, api_error, body, db_rows, values
-from tests.test_admin_pages import sign_in
+from tests.support.pages import sign_in
 
 DEEP = "[" * 10_000 + "]" * 10_000
 CLAIM = "/api/v1/projects/p/jobs/claim"

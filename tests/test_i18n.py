@@ -11,7 +11,7 @@ import sys
 from babel.messages.pofile import read_po
 
 from tests.helpers import Api, api_error
-from tests.test_admin_pages import Pages, sign_in
+from tests.support.pages import Pages, sign_in
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CATALOG = os.path.join(ROOT, "app", "translations", "zh", "LC_MESSAGES", "messages.po")

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.helpers import body, sql
-from tests.test_admin_pages import Pages, sign_in
+from tests.support.pages import Pages, sign_in
 
 
 @pytest.fixture

@@ -127,7 +127,7 @@ class HttpPages:
 
     def __init__(self, app, live_server, monkeypatch):
         monkeypatch.setitem(app.config, "SESSION_COOKIE_SECURE", False)
-        from tests.test_admin_pages import sign_in
+        from tests.support.pages import sign_in
         client = app.test_client()
         sign_in(app, client)
         cookie = client.get_cookie(app.config.get("SESSION_COOKIE_NAME", "session"))

@@ -8,8 +8,7 @@ import re
 from tests import scans
 from tests.fleet_helpers import Node, papers, pdf_project
 from tests.helpers import Api, body, sql, values
-from tests.test_admin_pages import sign_in
-from tests.test_uploads import dirs  # noqa: F401 (fixture)
+from tests.support.pages import sign_in
 
 
 def _states(page: str) -> dict[str, str]:

@@ -8,7 +8,6 @@ import io
 
 from tests import scans
 from tests.helpers import Api, body, sql
-from tests.test_uploads import dirs  # noqa: F401 (fixture)
 
 
 def _search(app, words):

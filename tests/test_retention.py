@@ -9,7 +9,7 @@ import pytest
 from app import config as app_config
 from app.ops import retention
 from tests.helpers import body, sql, values
-from tests.test_admin_pages import sign_in
+from tests.support.pages import sign_in
 from tests.test_ops import samples
 
 

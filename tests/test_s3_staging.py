@@ -223,8 +223,8 @@ def test_a_held_upload_is_kept_in_the_store_where_any_instance_can_serve_it(
     object if it got that far, else a copy under staging/…held), nothing stays
     on the web host, an admin downloads it, and releasing deletes it."""
     from tests.fleet_helpers import decide
-    from tests.test_admin_pages import sign_in
-    from tests.test_uploads import read_response, streaming_upload
+    from tests.support.pages import sign_in
+    from tests.support.uploads import read_response, streaming_upload
     node, job = _claimed_by_a_node(app, client, admin_token, "held-s3")
     data = Pipeline(app, client, admin_token, tmp_path).pdf(9)
     with streaming_upload(app, live_server.port, node, job, data) as sock:
@@ -258,7 +258,7 @@ def test_a_partial_upload_held_at_revocation_is_copied_into_the_store(
         app, client, admin_token, staging, live_server):
     from tests.fleet_helpers import decide
     from tests.helpers import wait_for
-    from tests.test_uploads import streaming_upload
+    from tests.support.uploads import streaming_upload
     node, job = _claimed_by_a_node(app, client, admin_token, "held-part")
     data = bytes(300_000)
     with streaming_upload(app, live_server.port, node, job, data):

@@ -15,8 +15,8 @@ import requests
 from tests import scans
 from tests.fleet_helpers import Node, papers, pdf_project
 from tests.helpers import Api, body, sql, values
-from tests.test_admin_pages import Pages, sign_in
-from tests.test_uploads import archive, dirs  # noqa: F401 (fixtures)
+from tests.support.pages import Pages, sign_in
+from tests.support.uploads import archive
 
 import pytest
 

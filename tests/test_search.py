@@ -14,7 +14,7 @@ from app.errors import InvalidRequest, NotFound, TooLarge
 from app.extensions import db
 from app.search import index, query
 from tests.helpers import Api, api_error, body, sql
-from tests.test_admin_pages import sign_in
+from tests.support.pages import sign_in
 
 INTRO = "Introduction to the archive of FleetHQ papers"
 METHODS = "We describe the method: crawling Łódź libraries and scanning microfilm"

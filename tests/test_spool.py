@@ -12,16 +12,19 @@ import stat
 import time
 
 import psycopg
+import pytest
 
 from app.uploads.spool import Spool
 from app.uploads.sweeper import ORPHAN_GRACE_S
 from tests.fleet_helpers import Node
-from tests.helpers import body
-# Shared fixtures and helpers of the upload tests (no test functions imported).
-from tests.test_uploads import (_age_lease, _reap, api, archive, attempt_row, dirs,  # noqa: F401
-                                error_of, execute, files, job_row, read_response, reserved,
-                                rows, sha, spool_names, start, streaming_upload, upload_head, upload_rows,
-                                wait_for)
+from tests.helpers import body, wait_for
+from tests.helpers import db_rows as rows
+from tests.support.uploads import (_age_lease, _reap, archive, attempt_row, error_of, execute, job_row,
+                                   read_response, reserved, sha, spool_names, start, streaming_upload,
+                                   upload_head, upload_rows)
+
+# The spool and the object store under tmp_path, for every test here.
+pytestmark = pytest.mark.usefixtures("dirs")
 
 
 def sweep(app, now: float | None = None) -> dict:

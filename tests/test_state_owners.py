@@ -22,7 +22,7 @@ from app.projects import states
 from tests.fleet_helpers import Node, decide, papers, pdf_project
 from tests.helpers import Api, body, sql, values
 from tests.test_task_deadline import sweep
-from tests.test_uploads import archive, dirs, files  # noqa: F401 (fixtures)
+from tests.support.uploads import archive
 
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("app", "tasks")

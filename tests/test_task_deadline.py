@@ -13,7 +13,7 @@ from sqlalchemy import text
 from tests.conftest import make_app
 from tests.fleet_helpers import Node, papers, pdf_project
 from tests.helpers import Api, body, sql, values, wait_for
-from tests.test_uploads import archive, dirs, files  # noqa: F401 (fixtures)
+from tests.support.uploads import archive
 
 
 def sweep(app) -> dict:

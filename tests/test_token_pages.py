@@ -9,7 +9,7 @@ import pytest
 
 from app.accounts import service as accounts
 from tests.helpers import sql
-from tests.test_admin_pages import CSRF_RE, Pages, pages, sign_in  # noqa: F401  (fixture)
+from tests.support.pages import CSRF_RE, sign_in
 
 SHOWN = re.compile(r'id="(machine-token|current-token|new-token)">([^<]+)<')
 
