@@ -6,12 +6,18 @@ import logging
 from flask import current_app, request
 from werkzeug.exceptions import HTTPException
 
-from app.api.base import _HTTP_CODES, bp, error_response
+from app.api.base import bp, error_response
 from app.errors import FleetError
 from app.extensions import use_fleet_pool
 
 __all__ = ["bp", "error_response", "init_app"]
 log = logging.getLogger(__name__)
+
+# As SavewebHQ answers them: an unknown route is not_found, every other
+# client error of the HTTP layer (405 included) is invalid_request.
+_HTTP_CODES = {401: "invalid_machine_token", 403: "permission_denied", 404: "not_found",
+               413: "too_large", 415: "unsupported_media_type"}
+
 
 def _is_api() -> bool:
     return request.path.startswith("/api/")

@@ -10,12 +10,6 @@ from app.errors import FleetError
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
-# As SavewebHQ answers them: an unknown route is not_found, every other
-# client error of the HTTP layer (405 included) is invalid_request.
-_HTTP_CODES = {401: "invalid_machine_token", 403: "permission_denied", 404: "not_found",
-               413: "too_large", 415: "unsupported_media_type"}
-
-
 def error_response(exc: FleetError):
     response = jsonify(exc.envelope())
     response.status_code = exc.status
