@@ -3,6 +3,7 @@ import functools
 import re
 
 import psycopg
+from psycopg.rows import namedtuple_row, tuple_row
 
 from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
@@ -51,7 +52,7 @@ def driver_sql(sql: str) -> str:
     return _NAMED.sub(r"%(\1)s", sql.replace("%", "%%"))
 
 
-def fetch_rows(sql: str, params: dict) -> list[tuple]:
+def fetch_rows(sql: str, params: dict, *, named: bool = False) -> list[tuple]:
     """Run one of the worker routes' fixed statements in the session's
     transaction, straight through psycopg, and return its rows as tuples.
 
@@ -61,11 +62,14 @@ def fetch_rows(sql: str, params: dict) -> list[tuple]:
     statements need none of it. Driver errors come out as SQLAlchemy's
     exceptions, as from ``db.session.execute``, and a connection the driver
     found broken is invalidated so that the pool replaces it.
+
+    ``named``: rows are named tuples, read by column name (each column of
+    the statement needs a distinct name).
     """
     connection = db.session.connection()
     driver = connection.connection.driver_connection
     try:
-        with driver.cursor() as cursor:
+        with driver.cursor(row_factory=namedtuple_row if named else tuple_row) as cursor:
             cursor.execute(driver_sql(sql), params)
             return cursor.fetchall() if cursor.description is not None else []
     except psycopg.Error as exc:

@@ -277,7 +277,8 @@ _touched: dict[str, float] = {}
 _touched_lock = threading.Lock()
 
 
-TOKEN_LOOKUP_COLUMNS = "u.id, u.roles, u.status, t.token_hash"
+# In this order (authenticate reads them so), named to share a row with others.
+TOKEN_LOOKUP_COLUMNS = "u.id AS user_id, u.roles AS user_roles, u.status AS user_status, t.token_hash"
 TOKEN_LOOKUP_FROM = "machine_tokens t JOIN users u ON u.id = t.user_id"
 # A token is found by FleetHQ's digest (:h) or, imported from SavewebHQ
 # without its clear text, by SavewebHQ's (:s); FleetHQ's wins a tie.

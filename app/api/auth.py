@@ -7,6 +7,7 @@ installed). A browser session cookie is never accepted here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from flask import current_app, g, request
 
@@ -69,15 +70,17 @@ def _acting(who: Principal) -> None:
 
 
 _NODE_CALL = f"""
-SELECT n.id, n.status, n.secret_hash,
-       extract(epoch FROM now() - n.last_heartbeat_at), n.tier, n.local, {projects.VIEW_COLUMNS}
+SELECT n.id AS node_id, n.status AS standing, n.secret_hash,
+       extract(epoch FROM now() - n.last_heartbeat_at) AS heartbeat_age_s, n.tier, n.local,
+       {projects.VIEW_COLUMNS}
 FROM fleet_nodes n LEFT JOIN projects p ON p.id = :p
 WHERE n.secret_hash = :h
 """
 
 _TOKEN_CALL = f"""
-SELECT {accounts.TOKEN_LOOKUP_COLUMNS}, tw.status,
-       extract(epoch FROM now() - tw.last_heartbeat_at), tw.tier, wu.user_id, {projects.VIEW_COLUMNS}
+SELECT {accounts.TOKEN_LOOKUP_COLUMNS}, tw.status AS standing,
+       extract(epoch FROM now() - tw.last_heartbeat_at) AS heartbeat_age_s, tw.tier,
+       wu.user_id AS mapped_user, {projects.VIEW_COLUMNS}
 FROM {accounts.TOKEN_LOOKUP_FROM}
 LEFT JOIN projects p ON p.id = :p
 LEFT JOIN token_workers tw ON tw.user_id = u.id AND tw.worker_id = :w
@@ -86,7 +89,7 @@ WHERE {accounts.TOKEN_LOOKUP_WHERE}
 """
 
 
-def _first(rows: list[tuple]) -> tuple | None:
+def _first(rows: list) -> Any:
     return rows[0] if rows else None
 
 
@@ -101,41 +104,45 @@ def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
     """
     token = bearer()
     if token.startswith(fleet.NODE_SECRET_PREFIX):
-        row = _first(fetch_rows(_NODE_CALL, {"p": project_id, "h": tokens.digest(token)}))
-        if row is None or not tokens.matches(token, row[2]) or row[1] in ("rejected", "revoked"):
+        row = _first(fetch_rows(_NODE_CALL, {"p": project_id, "h": tokens.digest(token)}, named=True))
+        if row is None or not tokens.matches(token, row.secret_hash) \
+                or row.standing in ("rejected", "revoked"):
             raise InvalidToken("invalid node secret")
-        who = Principal(user_id=None, roles=frozenset({"worker"}), node_id=row[0], node_status=row[1])
-        if row[1] == "pending":
+        who = Principal(user_id=None, roles=frozenset({"worker"}), node_id=row.node_id,
+                        node_status=row.standing)
+        if row.standing == "pending":
             raise AwaitingApproval()
-        if worker_id is not None and worker_id != row[0]:
+        if worker_id is not None and worker_id != row.node_id:
             raise PermissionDenied("a node's worker_id is its node id")
-        status, age, lane = row[1], row[3], Lane(row[4], row[5])
-        project = _project(project_id, row[6:])
-        worker = Worker(worker_id=row[0], owner=None)
+        status, lane = row.standing, Lane(row.tier, row.local)
+        project = _project(project_id, row)
+        worker = Worker(worker_id=row.node_id, owner=None)
         mapped = None
     else:
         row = _first(fetch_rows(_TOKEN_CALL, {"p": project_id, "w": worker_id,
-                                              **accounts.lookup_params(token)}))
+                                              **accounts.lookup_params(token)}, named=True))
         if row is None:
             raise InvalidToken("invalid machine token")
-        who = accounts.authenticate(token, row=row[:4])
-        status, age, lane = row[4] or "active", row[5], Lane(row[6] or "first")
+        who = accounts.authenticate(token, row=(row.user_id, row.user_roles, row.user_status,
+                                                row.token_hash))
+        status, lane = row.standing or "active", Lane(row.tier or "first")
         # As SavewebHQ: an unknown project is 404 whoever asks; then the user
         # must be an active worker.
-        project = _project(project_id, row[8:])
+        project = _project(project_id, row)
         if not _active_user_with(who, ("worker",)):
             raise PermissionDenied("active worker role required")
         if status == "revoked":
             raise PermissionDenied("this worker id was revoked")
         worker = Worker(worker_id=worker_id, owner=who.user_id)
-        mapped = row[7]
+        mapped = row.mapped_user
     g.principal = who
     _acting(who)
+    age = row.heartbeat_age_s
     return WorkerCall(who, project, worker, status, None if age is None else float(age), lane, mapped)
 
 
-def _project(project_id: str, project_row) -> "projects.ProjectView":
-    project = projects.view_from_row(project_row)
+def _project(project_id: str, row) -> "projects.ProjectView":
+    project = projects.view_from_named(row)
     if project is None:
         raise projects.not_found(project_id)
     return project

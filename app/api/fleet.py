@@ -5,18 +5,14 @@ the machine API answers them 403 whatever the token.
 """
 from __future__ import annotations
 
-import time
-
 from flask import current_app, jsonify, request
 
 from app.api.base import bp
 from app.api import validate as v
 from app.api.auth import body_limit, principal, require, require_worker
 from app.errors import InvalidRequest, NotFound
-from app.extensions import db
 from app.fleet import listing
 from app.fleet import service as fleet
-from app.projects import wakeups
 from app.projects.leasing import Worker
 from app.ratelimit import limit_enrollment
 from app.storage import shared_store
@@ -231,19 +227,9 @@ def skip_derived(attempt_id):
            summary="Read a receipt; wait_ms long-polls for a change")
 def receipt(attempt_id):
     worker = _caller_worker()
-    attempt = _attempt_id(attempt_id)
-    wait_ms = v.query(RECEIPT_QUERY)["wait_ms"]
-    deadline = time.monotonic() + wait_ms / 1000
-    listener = wakeups.listener(current_app.config["LISTEN_DSN"]) if wait_ms else None
-    key = transitions.receipt_key(attempt)
-    while True:
-        seen = listener.generation(key) if listener else None
-        current = receipts.get(attempt, worker)
-        left = deadline - time.monotonic()
-        if current["state"] not in ("uploading", "staged") or left <= 0:
-            return jsonify(current)
-        db.session.commit()  # no connection held while waiting
-        listener.wait(key, seen, left)
+    wait_s = v.query(RECEIPT_QUERY)["wait_ms"] / 1000
+    return jsonify(receipts.wait(_attempt_id(attempt_id), worker, wait_s,
+                                 current_app.config["LISTEN_DSN"]))
 
 
 # Fleet actions need a human (DESIGN §7): never through the machine API.

@@ -6,7 +6,6 @@ reject unknown ones.
 from __future__ import annotations
 
 import re
-import time
 
 from flask import current_app, jsonify
 
@@ -15,11 +14,8 @@ from app.api.base import bp
 from app.api import validate as v
 from app.api.auth import bearer, check_client_version, principal, worker_call
 from app.api.peer import client_gone
-from app.errors import Conflict, RateLimited
-from app.extensions import db
 from app.fleet import service as fleet
-from app.projects import claim_audit, leasing, outcomes, service, wakeups
-from app.projects.models import UPLOAD_KINDS
+from app.projects import claims, outcomes, service
 from workers.wire.protocol import JOB_TYPES, is_identifier
 
 JOB_ID = v.int_range(1, 2**63 - 1)
@@ -198,61 +194,15 @@ def project_policy(project_id):
            summary="Claim jobs (optionally long-polling with wait_ms)")
 def claim(project_id):
     call, body = _worker_call(project_id, CLAIM)
-    worker, project = call.worker, call.project
-    if worker.owner is not None:
-        fleet.note_token_worker(worker.owner, worker.worker_id)
-    if call.status == "draining":  # finishes its work, gets no more
-        return _empty_claim(project)
-    if project.kind in UPLOAD_KINDS and (call.heartbeat_age_s is None or
-                                         call.heartbeat_age_s > current_app.config["NODE_LEASE_S"]):
-        raise Conflict(f"{project.kind} projects need a fresh heartbeat before claiming "
-                       "(POST /api/v1/fleet/heartbeat)", code="invalid_transition")
-    accept = tuple(body.get("accept_types") or JOB_TYPES)
-    wait_s = body.get("wait_ms", 0) / 1000.0
-    deadline = time.monotonic() + wait_s
-    reap_limit = current_app.config["CLAIM_REAP_LIMIT"]
-    listener = wakeups.listener(current_app.config["LISTEN_DSN"]) if wait_s else None
-    # Only a claim that slept can have outlived its client: one answered at
-    # once skips the socket checks (they cost the busy claim path ~15 %).
-    waited = False
-    while True:
-        if waited and client_gone():  # nobody to answer: lease nothing
-            claim_audit.record(project, worker.worker_id, 0, body.get("policy_version"))
-            return _empty_claim(project)
-        seen = listener.generation(project_id) if listener else None
-        try:
-            result = leasing.claim(project, worker, max_jobs=body["max_jobs"],
-                                   lease_seconds=body["lease_seconds"], accept_types=accept,
-                                   reap_limit=reap_limit,
-                                   fresh_after_s=current_app.config["NODE_LEASE_S"],
-                                   lane=call.lane,
-                                   stale_after_s=current_app.config["WORKER_STALE_S"])
-        except RateLimited:
-            claim_audit.record(project, worker.worker_id, 0, body.get("policy_version"))
-            raise
-        left = deadline - time.monotonic()
-        if result.jobs or left <= 0:
-            break
-        wake_in = [left, leasing.next_claimable_in(project_id), result.recheck_s]
-        db.session.commit()  # hand the connection back while we sleep
-        listener.wait(project_id, seen, min(w + 0.005 for w in wake_in if w is not None))
-        waited = True
-        project = service.view(project_id)
-    attempt_ids = [int(job["attempt_id"]) for job in result.jobs]
-    gone = waited and bool(attempt_ids) and client_gone()  # went away while we leased
-    if gone:
-        leasing.release_undelivered(attempt_ids)
-    claim_audit.record(project, worker.worker_id, 0 if gone else len(result.jobs),
-                       body.get("policy_version"))
-    if gone:
-        return _empty_claim(project)
+    request = claims.Request(max_jobs=body["max_jobs"], lease_seconds=body["lease_seconds"],
+                             accept_types=tuple(body.get("accept_types") or ()),
+                             policy_version=body.get("policy_version"),
+                             wait_s=body.get("wait_ms", 0) / 1000.0)
+    standing = claims.Standing(call.status, call.heartbeat_age_s, call.lane)
+    result = claims.serve(call.project, call.worker, standing, request,
+                          claims.Settings.from_config(current_app.config), client_gone)
     return jsonify(project_id=project_id, jobs=result.jobs,
                    retry_after_ms=result.retry_after_ms, policy_version=result.policy_version)
-
-
-def _empty_claim(project):
-    return jsonify(project_id=project.id, jobs=[], retry_after_ms=leasing.IDLE_RETRY_MS,
-                   policy_version=project.policy_version)
 
 
 @bp.post("/projects/<project_id>/jobs/complete")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from sqlalchemy import text
 
 from app.errors import Conflict
 from app.extensions import db, fetch_rows
@@ -123,8 +122,8 @@ def _dedupe(items: list[dict]) -> list[dict]:
 
 
 _EXPLAIN_SQL = f"""
-SELECT t.job_id, t.attempt_ref, a.state, a.worker_id, a.worker_owner,
-       COALESCE(a.outcome, a.error), a.project_id, j.state
+SELECT t.job_id, t.attempt_ref, a.state AS attempt_state, a.worker_id, a.worker_owner,
+       COALESCE(a.outcome, a.error) AS payload, a.project_id, j.state AS job_state
 FROM unnest(CAST(:job_ids AS bigint[]), CAST(:attempt_ids AS text[])) AS t(job_id, attempt_ref)
 JOIN attempts a ON a.id = {_ATTEMPT_OF} AND a.job_id = t.job_id
 JOIN jobs j ON j.id = a.job_id
@@ -141,25 +140,24 @@ def _explain_rejections(project_id: str, worker: Worker, pending: dict, ended_as
     """
     if not pending:
         return
-    rows = db.session.execute(text(_EXPLAIN_SQL), {
+    rows = fetch_rows(_EXPLAIN_SQL, {
         "job_ids": [job_id for (job_id, _) in pending],
-        "attempt_ids": [ref for (_, ref) in pending]}).all()
-    by_item = {(r[0], r[1]): r for r in rows}
+        "attempt_ids": [ref for (_, ref) in pending]}, named=True)
+    by_item = {(r.job_id, r.attempt_ref): r for r in rows}
     for key, result in pending.items():
         row = by_item.get(key)
-        if row is None or row[6] != project_id:
+        if row is None or row.project_id != project_id:
             result.error = _stale("no such attempt for this job")
             continue
-        ours = row[3] == worker.worker_id and row[4] == worker.owner
-        if not ours:
+        if not (row.worker_id == worker.worker_id and row.worker_owner == worker.owner):
             result.error = _stale("attempt belongs to another worker")
-        elif ended_as is not None and row[2] == ended_as and row[5] == payloads[key]:
+        elif ended_as is not None and row.attempt_state == ended_as and row.payload == payloads[key]:
             result.status = "applied"
-            result.job_status = savewebhq_state(row[7])
-        elif row[2] in ("running", "uploading"):
+            result.job_status = savewebhq_state(row.job_state)
+        elif row.attempt_state in ("running", "uploading"):
             result.error = _stale("lease expired")
         else:
-            result.error = _stale(f"attempt already {row[2]}")
+            result.error = _stale(f"attempt already {row.attempt_state}")
 
 
 def _json_array(payloads: dict, unique: list[dict]) -> str:

@@ -47,11 +47,21 @@ class ProjectView:
     policy_version: int
 
 
-VIEW_COLUMNS = ", ".join(f"p.{f.name}" for f in fields(ProjectView))
+# The view's columns of projects ``p``, named project_<field> so that they
+# can share a row with other tables' columns and be read by name.
+VIEW_COLUMNS = ", ".join(f"p.{f.name} AS project_{f.name}" for f in fields(ProjectView))
+_VIEW_NAMES = tuple(f"project_{f.name}" for f in fields(ProjectView))
 
 
 def view_from_row(row) -> ProjectView | None:
+    """The view from a row of exactly ``VIEW_COLUMNS``; None when the project
+    was not found (a LEFT JOIN's nulls)."""
     return None if row[0] is None else ProjectView(*row)
+
+
+def view_from_named(row) -> ProjectView | None:
+    """The view from a named row holding ``VIEW_COLUMNS`` among others."""
+    return view_from_row(tuple(getattr(row, name) for name in _VIEW_NAMES))
 
 
 def not_found(project_id: str) -> NotFound:

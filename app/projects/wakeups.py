@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import psycopg
 from sqlalchemy import text
@@ -19,6 +21,7 @@ from app.extensions import db
 
 CHANNEL = "fleethq_jobs"
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def notify(project_id: str) -> None:
@@ -128,3 +131,31 @@ def listener(dsn: str) -> Listener:
         if _listener is None or _listener._dsn != dsn:
             _listener = Listener(dsn)
         return _listener
+
+
+def long_poll(dsn: str, key: str, wait_s: float, look: Callable[[bool], T], *,
+              done: Callable[[T], bool],
+              wake_hint: Callable[[T], float | None] = lambda _answer: None) -> tuple[T, bool]:
+    """Look until the answer is ``done`` or ``wait_s`` has passed, sleeping
+    between looks until ``key`` is notified (or ``wake_hint`` seconds, when
+    something becomes ready without a notice: a backoff ending, a lease
+    running out).
+
+    ``look(waited)`` is told whether it follows a sleep. The session's
+    transaction is committed before each sleep: a waiting request holds no
+    database connection. Returns the last answer and whether it slept.
+    """
+    deadline = time.monotonic() + wait_s
+    listening = listener(dsn) if wait_s > 0 else None
+    waited = False
+    while True:
+        seen = listening.generation(key) if listening is not None else None
+        answer = look(waited)
+        left = deadline - time.monotonic()
+        if done(answer) or left <= 0 or listening is None or seen is None:
+            return answer, waited
+        hint = wake_hint(answer)
+        db.session.commit()
+        # A little past the hint: wake after the thing it names, not just before.
+        listening.wait(key, seen, min(left, hint if hint is not None else left) + 0.005)
+        waited = True

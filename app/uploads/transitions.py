@@ -23,6 +23,7 @@ from app.extensions import db
 from app.projects import states, wakeups
 from app.projects.leasing import Worker
 from app.projects.models import UPLOAD_KINDS
+from app.uploads import receipts
 from app.uploads import spool as spool_mod
 
 # The upload's worker has been revoked: a node (no owner) or a token worker
@@ -46,12 +47,8 @@ class Admission:
     state: str | None = None  # receipt state when action == "receipt"
 
 
-def receipt_key(attempt_id: int) -> str:
-    return f"r{attempt_id}"
-
-
 def _notify_receipt(attempt_id: int) -> None:
-    wakeups.notify(receipt_key(attempt_id))
+    wakeups.notify(receipts.wakeup_key(attempt_id))
 
 
 def _lock(attempt_id: int):
