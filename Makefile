@@ -57,14 +57,17 @@ dev: install system-packages translations
 
 # The code is checked first (ruff; the import contracts of pyproject.toml;
 # mypy on the typed packages),
-# then tested; the slowest tests are listed at the end: where the time goes.
+# then tested in TEST_PROCESSES processes (pytest-xdist; each with its own
+# PostgreSQL and Redis databases, a test module kept in one process); the
+# slowest tests are listed at the end: where the time goes.
+TEST_PROCESSES ?= 2
 test: install system-packages translations lint
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadfile --durations=25
 
 # The first tier (tests/conftest.py): what needs nothing running, in about
 # two minutes; make test runs every tier.
 test-fast: install translations lint
-	$(BIN)/python -m pytest -q -m unit
+	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) -m unit
 
 lint: install
 	$(BIN)/ruff check app workers tasks tests bench migrations wsgi.py

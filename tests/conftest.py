@@ -24,7 +24,11 @@ from tests.support.uploads import dirs, files  # noqa: F401
 PG_HOST = os.environ.get("FLEETHQ_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("FLEETHQ_TEST_PG_PORT", "5432"))
 PG_USER = os.environ.get("FLEETHQ_TEST_PG_USER", "postgres")
-REDIS_URL = os.environ.get("FLEETHQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+# Parallel runs (pytest-xdist): each test process has a PostgreSQL database
+# of its own (named by its pid) and three Redis databases of its own, counted
+# down from 15 (the suite's, and two for the processes tests start).
+_XDIST_INDEX = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+REDIS_URL = os.environ.get("FLEETHQ_TEST_REDIS_URL", f"redis://127.0.0.1:6379/{15 - 3 * _XDIST_INDEX}")
 
 
 @pytest.fixture(scope="session")
