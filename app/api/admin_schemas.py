@@ -12,14 +12,12 @@ from __future__ import annotations
 from app.api import validate as v
 from app.api.jobs import ARTIFACT_RECEIPT, JOB_ID
 from app.projects.jobs_admin import CONTRACT_STATUSES
-from app.projects.models import JOB_STATES, PROJECT_KINDS
-from app.projects.policy import HELP, MAX_WORKER_ATTEMPTS
-from workers.wire.protocol import (IDENTITY_MODES, INT32_MAX, INT32_MIN, JOB_TYPES, MAX_ATTR_BYTES,
+from app.projects.models import JOB_STATES
+from workers.wire.policy import CHOICE, FIELDS, INTEGER, RATE, SWITCH, VERSIONS, Field
+from workers.wire.protocol import (INT32_MAX, INT32_MIN, JOB_TYPES, MAX_ATTR_BYTES,
                               MAX_VALUE_BYTES, MAX_VIA_BYTES)
 
 COUNT = v.int_range(0, v.INT64_MAX)
-PROJECT_STATUS = v.one_of("active", "draining", "archived")
-CLAIM_ORDER = v.one_of("fifo", "random")
 QPS = v.number(0, exclusive_lo=True, nullable=True)
 # Checked by policy._client_versions: printable, no surrounding whitespace.
 # The pattern is the ASCII part of that (a conservative bound: the server also
@@ -29,22 +27,38 @@ CLIENT_VERSIONS = v.list_of(v.string(128, min_bytes=1).with_schema(
     0, 64, unique=True)
 POLICY_VERSION = v.int_range(1, v.INT64_MAX)
 
+
+def _policy_rule(field: Field):
+    """The published rule of one policy field (workers.wire.policy), as
+    app.projects.policy checks it."""
+    if field.type == CHOICE:
+        rule = v.one_of(*field.choices)
+    elif field.type == INTEGER:
+        rule = v.int_range(field.lo, field.hi, nullable=field.nullable)
+    else:
+        rule = {RATE: QPS, SWITCH: v.boolean, VERSIONS: CLIENT_VERSIONS}[field.type]
+    return rule.describe(field.help) if field.help else rule
+
+
+POLICY_RULES = {field.name: _policy_rule(field) for field in FIELDS}
+
 # ----------------------------------------------------------------- the contract
 
 JOB_COUNTS = v.named("JobCounts", {state: COUNT for state in CONTRACT_STATUSES})
+_R = POLICY_RULES
 PROJECT_REQUEST = v.named("AdminProjectRequest", {
-    "status": PROJECT_STATUS, "identity_mode": v.Optional(v.one_of(*IDENTITY_MODES)),
-    "claim_order": v.Optional(CLAIM_ORDER), "dispatch_qps": QPS, "worker_claim_qps": QPS,
-    "max_jobs_per_claim": v.int_range(1, 256),
-    "max_resets": v.Optional(v.int_range(0, 1000), default=3),
-    "recommended_lease_seconds": v.Optional(v.int_range(1, 3600), default=300),
-    "client_versions": CLIENT_VERSIONS,
+    "status": _R["status"], "identity_mode": v.Optional(_R["identity_mode"]),
+    "claim_order": v.Optional(_R["claim_order"]), "dispatch_qps": _R["dispatch_qps"],
+    "worker_claim_qps": _R["worker_claim_qps"], "max_jobs_per_claim": _R["max_jobs_per_claim"],
+    "max_resets": v.Optional(_R["max_resets"], default=3),
+    "recommended_lease_seconds": v.Optional(_R["recommended_lease_seconds"], default=300),
+    "client_versions": _R["client_versions"],
 })
 PROJECT_SUMMARY = v.named("AdminProjectSummary", {
-    "id": v.identifier, "status": PROJECT_STATUS, "identity_mode": v.one_of(*IDENTITY_MODES),
-    "claim_order": CLAIM_ORDER, "dispatch_qps": QPS, "worker_claim_qps": QPS,
-    "max_jobs_per_claim": v.int_range(1, 256), "max_resets": v.int_range(0, 1000),
-    "recommended_lease_seconds": v.int_range(1, 3600), "client_versions": v.array(v.text),
+    "id": v.identifier, **{name: _R[name] for name in (
+        "status", "identity_mode", "claim_order", "dispatch_qps", "worker_claim_qps",
+        "max_jobs_per_claim", "max_resets", "recommended_lease_seconds")},
+    "client_versions": v.array(v.text),
     "policy_version": POLICY_VERSION, "job_counts": JOB_COUNTS, "created_at": v.timestamp,
     "updated_at": v.timestamp,
 })
@@ -89,25 +103,10 @@ JOB_QUERY = {  # read by admin_params.contract_job_query
 
 # ------------------------------------------------------------ FleetHQ's own views
 
-_NULLABLE_MIN = {"max_in_flight": 1, "max_worker_in_flight": 1, "task_timeout_seconds": 60,
-                 "attempt_timeout_seconds": 15}
-_POLICY = {
-    "kind": v.one_of(*PROJECT_KINDS), "status": PROJECT_STATUS,
-    "identity_mode": v.one_of(*IDENTITY_MODES), "claim_order": CLAIM_ORDER,
-    "dispatch_qps": QPS, "worker_claim_qps": QPS, "max_jobs_per_claim": v.int_range(1, 256),
-    "max_resets": v.int_range(0, 1000), "recommended_lease_seconds": v.int_range(1, 3600),
-    "retry_backoff_seconds": v.int_range(0, 86400), "client_versions": CLIENT_VERSIONS,
-    **{name: v.int_range(lo, INT32_MAX, nullable=True) for name, lo in _NULLABLE_MIN.items()},
-    "prefer_new_worker": v.boolean, "upload_timeout_seconds": v.int_range(10, 600),
-    "max_worker_attempts": v.int_range(1, MAX_WORKER_ATTEMPTS, nullable=True),
-    "fallback_after_seconds": v.int_range(0, 86400),
-}
-for _name, _text in HELP.items():
-    _POLICY[_name] = _POLICY[_name].describe(_text)
 POLICY_INPUT = v.named("FleetHQProjectPolicy", {
-    name: v.Optional(rule) for name, rule in _POLICY.items()})
+    name: v.Optional(rule) for name, rule in POLICY_RULES.items()})
 FLEETHQ_PROJECT = v.named("FleetHQProject", {
-    "id": v.identifier, **_POLICY, "client_versions": v.array(v.text),
+    "id": v.identifier, **POLICY_RULES, "client_versions": v.array(v.text),
     "policy_version": POLICY_VERSION,
     "job_counts": v.named("FleetHQJobCounts", {state: COUNT for state in JOB_STATES}),
     "created_at": v.timestamp, "updated_at": v.timestamp,

@@ -11,31 +11,28 @@ from app.errors import FleetError, InvalidRequest
 
 
 def _policy_options(fn):
-    from app.projects.policy import RULES
-    for name in reversed(list(RULES)):
-        fn = click.option(f"--{name.replace('_', '-')}", name, default=None,
-                          help=_POLICY_HELP.get(name) or _json_help(name))(fn)
+    from workers.wire.policy import FIELDS
+    for field in reversed(FIELDS):
+        fn = click.option(f"--{field.name.replace('_', '-')}", field.name, default=None,
+                          help=_flag_help(field))(fn)
     return fn
 
 
-def _json_help(name: str) -> str:
-    from app.projects.policy import HELP
-    return "JSON value (null clears)" + (f": {HELP[name]}" if name in HELP else "")
+def _flag_help(field) -> str:
+    """The field's range and meaning; how the value is written: tracker's
+    parsing for its flags, JSON for FleetHQ's own."""
+    written = _TRACKER_SYNTAX.get(field.name, "JSON value (null clears)")
+    return f"{written}; {field.range_text}: {field.help or field.summary}"
 
 
-_POLICY_HELP = {
-    "kind": "generic, pdf or documents (fixed at creation)",
-    "status": "active (default), draining or archived",
-    "identity_mode": "external_id (default), unique_value or none (fixed at creation)",
-    "claim_order": "fifo (default) or random; kept when omitted",
-    "max_resets": "0..1000 (default 3)",
-    "recommended_lease_seconds": "1..3600 (default 300)",
-    "dispatch_qps": "jobs per second for the project; empty means unlimited",
-    "worker_claim_qps": "claims per second per worker; empty means unlimited",
-    "max_jobs_per_claim": "1..256 (0 means 256)",
-    "client_versions": "comma-separated allowed worker client versions",
-    "fallback_after_seconds": "FleetHQ only: 0..86400 (default 60), seconds a job waits before a "
-                              "fallback-tier worker may take it",
+# How SavewebHQ's tracker flags are written (their parsing is tracker's).
+_TRACKER_SYNTAX = {
+    "kind": "fixed at creation", "identity_mode": "fixed at creation",
+    "status": "default active", "claim_order": "default fifo; kept when omitted",
+    "max_resets": "default 3", "recommended_lease_seconds": "default 300",
+    "dispatch_qps": "empty means unlimited", "worker_claim_qps": "empty means unlimited",
+    "max_jobs_per_claim": "0 means 256",
+    "client_versions": "comma-separated",
 }
 
 

@@ -14,10 +14,10 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
+from workers.wire.policy import PROJECT_KINDS
 
 # Kinds whose jobs finish through an archived PDF upload: ``pdf`` (papers a
 # fetch worker downloads) and ``documents`` (OCR runs of files people put in).
-PROJECT_KINDS = ("generic", "pdf", "documents")
 UPLOAD_KINDS = ("pdf", "documents")
 JOB_STATES = ("todo", "wip", "staged", "done", "failed", "reset_exhausted")
 ATTEMPT_STATES = ("running", "uploading", "staged", "done", "failed", "expired", "cancelled")

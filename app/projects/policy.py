@@ -5,46 +5,21 @@ from __future__ import annotations
 import math
 
 from app.errors import InvalidRequest
-from app.projects.models import PROJECT_KINDS, UPLOAD_KINDS
-from workers.wire.protocol import IDENTITY_MODES, is_identifier, is_int
+from app.projects.models import UPLOAD_KINDS
+from workers.wire.policy import (BY_NAME, CHOICE, FIELDS, INTEGER, MAX_WORKER_ATTEMPTS, RATE, SWITCH,
+                                 VERSIONS, Field)
+from workers.wire.protocol import is_identifier, is_int
+
+__all__ = ["MAX_WORKER_ATTEMPTS"]
 
 # Fields a worker's behaviour or access depends on: changing one bumps
-# policy_version, so that workers re-read the policy (P4). As in the v1
-# contract, the claim order (applied by the server alone) and the status
-# (answered by 409 project_not_active) do not.
-VERSIONED_FIELDS = frozenset({
-    "dispatch_qps", "worker_claim_qps", "max_jobs_per_claim", "max_resets",
-    "recommended_lease_seconds", "client_versions", "retry_backoff_seconds", "max_in_flight",
-    "max_worker_in_flight", "prefer_new_worker", "max_worker_attempts", "task_timeout_seconds",
-    "attempt_timeout_seconds", "upload_timeout_seconds",
-})
-# The most distinct workers a project may let try one job.
-MAX_WORKER_ATTEMPTS = 20
-FIXED_FIELDS = frozenset({"kind", "identity_mode"})
-POLICY_FIELDS = ("kind", "status", "identity_mode", "claim_order", "dispatch_qps", "worker_claim_qps",
-                 "max_jobs_per_claim", "max_resets", "recommended_lease_seconds",
-                 "retry_backoff_seconds", "client_versions", "max_in_flight",
-                 "max_worker_in_flight", "prefer_new_worker", "max_worker_attempts",
-                 "task_timeout_seconds", "attempt_timeout_seconds", "upload_timeout_seconds",
-                 "fallback_after_seconds")
-
-
+# policy_version, so that workers re-read the policy (P4).
+VERSIONED_FIELDS = frozenset(f.name for f in FIELDS if f.versioned)
+FIXED_FIELDS = frozenset(f.name for f in FIELDS if f.fixed)
+POLICY_FIELDS = tuple(BY_NAME)
 # What the fields whose range does not say it all mean: the API document,
 # the CLI's --help and the admin project page show these words.
-HELP = {
-    "max_worker_attempts": "the most distinct workers that may try one job (1..20); a job tried "
-                           "by that many fails with no_eligible_worker; null means no limit "
-                           "(pdf default 3)",
-    "task_timeout_seconds": "deadline of the whole job in seconds (null or >= 60), counted from "
-                            "its first claim, not from enqueue: a job waiting in the queue never "
-                            "expires, and its retries keep the deadline the first claim set; a "
-                            "job whose worker went away (its lease ran out) waits with the "
-                            "rest of it paused; jobs naming attr.pages (OCR runs) get 30 s more "
-                            "a page (pdf default 900, documents none)",
-    "fallback_after_seconds": "seconds a claimable job waits before a fallback-tier worker may "
-                              "take it while a first-choice worker has free capacity (0..86400, "
-                              "default 60)",
-}
+HELP = {f.name: f.help for f in FIELDS if f.help}
 
 
 def defaults(kind: str) -> dict:
@@ -134,27 +109,21 @@ def _client_versions(name, value):
     return sorted(value)
 
 
-RULES = {
-    "kind": _choice(*PROJECT_KINDS),
-    "status": _choice("active", "draining", "archived"),
-    "identity_mode": _choice(*IDENTITY_MODES),
-    "claim_order": _choice("fifo", "random"),
-    "dispatch_qps": _positive_rate,
-    "worker_claim_qps": _positive_rate,
-    "max_jobs_per_claim": _int_range(1, 256),
-    "max_resets": _int_range(0, 1000),
-    "recommended_lease_seconds": _int_range(1, 3600),
-    "retry_backoff_seconds": _int_range(0, 86400),
-    "client_versions": _client_versions,
-    "max_in_flight": _int_range(1, 2**31 - 1, nullable=True),
-    "max_worker_in_flight": _int_range(1, 2**31 - 1, nullable=True),
-    "prefer_new_worker": _bool,
-    "max_worker_attempts": _int_range(1, MAX_WORKER_ATTEMPTS, nullable=True),
-    "task_timeout_seconds": _int_range(60, 2**31 - 1, nullable=True),
-    "attempt_timeout_seconds": _int_range(15, 2**31 - 1, nullable=True),
-    "upload_timeout_seconds": _int_range(10, 600),
-    "fallback_after_seconds": _int_range(0, 86400),
-}
+def _rule(field: Field):
+    if field.type == CHOICE:
+        return _choice(*field.choices)
+    if field.type == INTEGER:
+        return _int_range(field.lo, field.hi, nullable=field.nullable)
+    if field.type == RATE:
+        return _positive_rate
+    if field.type == SWITCH:
+        return _bool
+    if field.type == VERSIONS:
+        return _client_versions
+    raise AssertionError(f"no rule for {field.type}")
+
+
+RULES = {field.name: _rule(field) for field in FIELDS}
 
 
 def validate_fields(body: dict, *, allow=None) -> dict:

@@ -19,7 +19,7 @@ from workers.cli.args import SAVEWEBHQ_USAGE_EXIT, CliParser, duration, parse_ar
 from workers.cli.http import ApiError, CliError, Client, UsageError, resolve_settings, segment
 from workers.hqctl.enqueue import (DEFAULT_BATCH_SIZE, DEFAULT_MAX_JOBS, DEFAULT_PROGRESS_EVERY,
                                    _emit, cmd_enqueue, cmd_enqueue_source)
-from workers.wire.protocol import IDENTITY_MODES
+from workers.wire.policy import CHOICE, FIELDS, INTEGER, RATE, SWITCH, VERSIONS, Field
 from workers.cli.spec_input import InputError
 
 DEFAULT_TIMEOUT = 600.0  # SavewebHQ's --timeout default, 10m
@@ -52,27 +52,27 @@ def _boolean(text):
 _boolean.__name__ = "boolean"
 _NULL_INT, _NULL_QPS = _nullable(int, "integer or null"), _nullable(float, "number or null")
 
-# field -> (parser, metavar). The master validates ranges; parsing here only
-# turns text into the JSON type the field needs.
-POLICY_FLAGS = {
-    "status": (str, "active|draining|archived"), "claim_order": (str, "fifo|random"),
-    "dispatch_qps": (_NULL_QPS, "QPS|null"), "worker_claim_qps": (_NULL_QPS, "QPS|null"),
-    "max_jobs_per_claim": (int, "N"), "max_resets": (int, "N"),
-    "recommended_lease_seconds": (int, "S"), "retry_backoff_seconds": (int, "S"),
-    "upload_timeout_seconds": (int, "S"), "max_in_flight": (_NULL_INT, "N|null"),
-    "max_worker_in_flight": (_NULL_INT, "N|null"), "task_timeout_seconds": (_NULL_INT, "S|null"),
-    "attempt_timeout_seconds": (_NULL_INT, "S|null"), "prefer_new_worker": (_boolean, "true|false"),
-    "max_worker_attempts": (_NULL_INT, "N|null"), "fallback_after_seconds": (int, "S"),
-}
-CREATE_FLAGS = {"kind": (str, "generic|pdf|documents"), "identity_mode": (str, "|".join(IDENTITY_MODES))}
+_PARSE = {CHOICE: str, INTEGER: int, RATE: _NULL_QPS, SWITCH: _boolean}
+
+
+def _flag(field: Field):
+    """(parser, metavar, help) of a policy field's flag. The master checks
+    ranges; parsing here only turns text into the JSON type the field needs."""
+    convert = _NULL_INT if field.type == INTEGER and field.nullable else _PARSE[field.type]
+    return convert, field.metavar, field.hint
+
+
+# client_versions is a repeatable flag of its own (_add_policy_flags).
+POLICY_FLAGS = {f.name: _flag(f) for f in FIELDS if not f.fixed and f.type != VERSIONS}
+CREATE_FLAGS = {f.name: _flag(f) for f in FIELDS if f.fixed}
 
 
 def _add_policy_flags(parser, fields: dict) -> None:
     group = parser.add_argument_group("policy fields (DESIGN §5; omitted fields are not sent)")
-    for name, (convert, metavar) in fields.items():
+    for name, (convert, metavar, hint) in fields.items():
         # Both spellings, so that `--max-resets 5` and `--max_resets=5` work.
         flags = dict.fromkeys([f"--{name.replace('_', '-')}", f"--{name}"])
-        group.add_argument(*flags, dest=name, type=convert, metavar=metavar,
+        group.add_argument(*flags, dest=name, type=convert, metavar=metavar, help=hint,
                            default=argparse.SUPPRESS)
     group.add_argument("--client-versions", "--client_versions", dest="client_versions",
                        action="append", default=argparse.SUPPRESS, metavar="V[,V...]",

@@ -13,14 +13,15 @@ from app.pages import aggregates, charts
 from app.pages.admin.base import attempt, bp, done, explain, refuse
 from app.projects import bulk, jobs_admin, policy, service
 from app.projects.models import JOB_STATES, PROJECT_KINDS
+from workers.wire.policy import FIELDS, INTEGER, RATE
 
 PAGE_SIZE = 50
-NULLABLE_INTS = {"max_in_flight", "max_worker_in_flight", "task_timeout_seconds",
-                 "attempt_timeout_seconds", "max_worker_attempts"}
-INTS = {"max_jobs_per_claim", "max_resets", "recommended_lease_seconds", "retry_backoff_seconds",
-        "upload_timeout_seconds", "fallback_after_seconds"} | NULLABLE_INTS
-RATES = {"dispatch_qps", "worker_claim_qps"}
+NULLABLE_INTS = {f.name for f in FIELDS if f.type == INTEGER and f.nullable}
+INTS = {f.name for f in FIELDS if f.type == INTEGER}
+RATES = {f.name for f in FIELDS if f.type == RATE}
 EDITABLE = tuple(f for f in policy.POLICY_FIELDS if f not in policy.FIXED_FIELDS)
+# The policy form's text boxes, in declaration order, each with its hint.
+NUMBER_FIELDS = tuple(f for f in FIELDS if f.type in (INTEGER, RATE) and not f.fixed)
 
 
 def _int(name: str, raw: str):
@@ -154,7 +155,8 @@ def project(project_id):
     requeueable = [j["job_id"] for j in page["jobs"] if j["state"] in ("failed", "reset_exhausted")]
     return render_template("admin/project.html", project=summary, page=page, status=status,
                            after=after, states=JOB_STATES, charts=chart, requeueable=requeueable,
-                           editable=EDITABLE, policy_statuses=("active", "draining", "archived"),
+                           editable=EDITABLE, number_fields=NUMBER_FIELDS,
+                           policy_choices={f.name: f.choices for f in FIELDS if f.choices},
                            policy_help=policy.HELP, reason_max=audit.REASON_MAX,
                            bulk_actions=bulk.recent(project_id, 5))
 
