@@ -11,7 +11,7 @@
     ├── Conflict                     409 (identity_conflict, project_not_active,
     │   │                                 invalid_transition, stale_attempt)
     │   └── UploadMismatch           409 stale_attempt (the upload is not this attempt's)
-    ├── StaleUpload                  409 stale_attempt (the file was released while it streamed)
+    ├── StaleUpload                  409 stale_attempt (superseded, or released while it streamed)
     ├── TooLarge                     413 too_large
     ├── UnsupportedMediaType         415 unsupported_media_type
     ├── InvalidUpload                422 invalid_upload (a worker's file failed its checks)

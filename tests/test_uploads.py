@@ -466,6 +466,36 @@ def test_late_upload_after_the_task_deadline_is_stale(app, client, api, dirs, fi
 
 # ------------------------------------------------------------ real transfers
 
+def test_an_upload_superseded_while_it_is_verified_is_stale_not_a_bad_file(
+        app, client, api, dirs, files, live_server, monkeypatch):
+    """A worker retries an upload while the master still verifies the first
+    transfer: the retry's admission drops the first transfer's file. The
+    retry wins, and the first transfer ends as stale_attempt (409), never as
+    a bad PDF with the spool path in its message: losing its file to a newer
+    upload is no fault of the file."""
+    from workers.wire import pdfcheck
+    node, (job,) = start(app, client, api)
+    data = files["big"]
+    url = f"{live_server.url}/api/v1/fleet/uploads/{job['attempt_id']}"
+    headers = {**node.headers, "X-PDF-SHA256": sha(data), "X-PDF-Size": str(len(data)),
+               "Content-Type": "application/pdf"}
+    parse, retried = pdfcheck._parse_in_child, {}
+
+    def retry_during_the_first_parse(path, limits):
+        if not retried:  # the first transfer's parse (the retry's own parse comes here too)
+            retried["answer"] = None
+            retried["answer"] = requests.put(url, data=data, headers=headers, timeout=60)
+        return parse(path, limits)
+
+    monkeypatch.setattr(pdfcheck, "_parse_in_child", retry_during_the_first_parse)
+    first = requests.put(url, data=data, headers=headers, timeout=60)
+    assert retried["answer"].status_code == 202, retried["answer"].text
+    error = first.json()["error"]
+    assert (first.status_code, error["code"]) == (409, "stale_attempt"), error
+    assert "superseded" in error["message"] and str(dirs.spool) not in error["message"]
+    assert upload_rows(app, job["attempt_id"])[0]["state"] == "staged"
+
+
 def test_two_concurrent_uploads_of_one_attempt(app, client, api, dirs, files, live_server):
     node, (job,) = start(app, client, api)
     data = files["big"]

@@ -106,9 +106,11 @@ def stream_to(fd: int, stream, size: int, deadline: float, sock) -> str:
 
 
 def _released_meanwhile() -> StaleUpload:
-    # The file vanished under the pipeline: the upload was held (its worker
-    # revoked) and an admin released it while it streamed.
-    return StaleUpload("the upload's file was released while it streamed")
+    # The file vanished under the pipeline: a newer upload of the same
+    # attempt superseded this one (its admission drops earlier part files),
+    # or the upload was held (its worker revoked) and an admin released it.
+    return StaleUpload("the upload's file was removed while it streamed: a newer upload of this "
+                       "attempt superseded it, or an admin released it")
 
 
 def _discard(attempt_id: int, generation: int, location: str, spool) -> None:
@@ -188,6 +190,8 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
         raise VerificationUnavailable(f"could not verify the upload: {exc}",
                                       retry_after_ms=5000) from None
     except pdfcheck.PdfRejected as exc:
+        if not os.path.exists(part):  # the parser found no file: not the file's fault
+            raise _released_meanwhile() from None
         transitions.reject(attempt_id, generation,
                            {"code": "invalid_pdf", "message": str(exc), "reason": exc.reason})
         _discard(attempt_id, generation, part, spool)
