@@ -117,6 +117,19 @@ class Defaults:
     KEEP_AUDIT_DAYS = 365
     # Rows pruned per kind and clock tick.
     PRUNE_BATCH = 5_000
+    # The clock's periods (seconds): resetting expired leases (a claim also
+    # resets its own project's when the queue runs short).
+    REAP_EVERY_S = 5
+    # Folding the job counters' delta rows into one row per project and state.
+    FOLD_EVERY_S = 30
+    # Re-sending outbox rows whose hint was lost (archives, hooks, OCR).
+    RECONCILE_EVERY_S = 15
+    # Sweeping the spool of uploads that were abandoned or are past retention.
+    SWEEP_SPOOL_EVERY_S = 300
+    # Pruning the per-worker claim audit past CLAIM_BUCKET_RETENTION_DAYS.
+    PRUNE_CLAIM_BUCKETS_EVERY_S = 3600
+    # Pruning by the KEEP_* settings (PRUNE_BATCH rows per kind and run).
+    PRUNE_EVERY_S = 60
     # Seconds a node's heartbeat counts as fresh (pdf claims need one).
     NODE_LEASE_S = 60
     # Seconds after which a silent worker counts as gone for the lane rules.
@@ -250,6 +263,8 @@ def load(overrides: dict | None = None) -> dict:
     size = _bounded_int(cfg, "FLEET_POOL_SIZE", 16, 64)
     for key, low, high in RETENTION_BOUNDS:
         _bounded_int(cfg, key, low, high)
+    for key in CLOCK_PERIODS:
+        _bounded_int(cfg, key, 1, 86_400)
     _check_kinds(cfg)  # after the bounded ones, whose messages say more
     session_args = _pooler_connect_args(cfg)
     if cfg["SPOOL_BACKEND"] not in SPOOL_BACKENDS:
@@ -297,6 +312,9 @@ RETENTION_BOUNDS = (
     ("KEEP_AUDIT_DAYS", 0, 100_000),
     ("PRUNE_BATCH", 1, 100_000),
 )
+# The clock's periods: at least a second, at most a day.
+CLOCK_PERIODS = ("REAP_EVERY_S", "FOLD_EVERY_S", "RECONCILE_EVERY_S", "SWEEP_SPOOL_EVERY_S",
+                 "PRUNE_CLAIM_BUCKETS_EVERY_S", "PRUNE_EVERY_S")
 
 
 def _check_kinds(cfg: dict) -> None:

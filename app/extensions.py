@@ -5,6 +5,7 @@ import re
 import psycopg
 from psycopg.rows import namedtuple_row, tuple_row
 
+from flask import current_app
 from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
 from flask_sqlalchemy.session import Session
@@ -50,6 +51,15 @@ _NAMED = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")   # SQLAlchemy's own rule for te
 def driver_sql(sql: str) -> str:
     """``:name`` parameters (SQLAlchemy's) as ``%(name)s`` (psycopg's); ``::`` casts stay."""
     return _NAMED.sub(r"%(\1)s", sql.replace("%", "%%"))
+
+
+def app_cache(name: str) -> dict:
+    """A process cache that belongs to the current app (``app.extensions``):
+    two apps in one process (tests, ``flask fleet --database-url``) never
+    see each other's entries. For small memos of database answers, each
+    bounded by its owner."""
+    caches = current_app.extensions.setdefault("fleethq.caches", {})
+    return caches.setdefault(name, {})
 
 
 def fetch_rows(sql: str, params: dict, *, named: bool = False) -> list[tuple]:

@@ -19,7 +19,6 @@ from typing import Protocol
 
 from flask import Flask, current_app
 from sqlalchemy import event, text
-from sqlalchemy.orm import Session
 
 from app.extensions import db
 
@@ -48,7 +47,16 @@ class RecordingSender:
 
 
 def install(app: Flask, sender: Sender) -> None:
+    """Give ``app`` its sender; hints go out after the app's session commits.
+
+    The listeners sit on the app's session (Flask-SQLAlchemy's ``db.session``)
+    rather than on every SQLAlchemy session of the process; one pair serves
+    every app, each hint going to the sender of the app it was made in.
+    """
     app.extensions[SENDER_KEY] = sender
+    for name, listener in (("after_commit", _send_after_commit), ("after_rollback", _drop_on_rollback)):
+        if not event.contains(db.session, name, listener):
+            event.listen(db.session, name, listener)
 
 
 def sender_of(app: Flask) -> Sender:
@@ -141,13 +149,11 @@ def send_hint(topic: str, ref: int) -> None:
         log.warning("could not send %s %s: %s", topic, ref, exc.__class__.__name__)
 
 
-@event.listens_for(Session, "after_commit")
 def _send_after_commit(session):
     hints = session.info.pop("outbox_hints", None)
     for topic, ref in hints or ():
         send_hint(topic, ref)
 
 
-@event.listens_for(Session, "after_rollback")
 def _drop_on_rollback(session):
     session.info.pop("outbox_hints", None)

@@ -25,19 +25,29 @@ import time
 
 import psycopg
 
+from app.config import Defaults
 from tasks import actors
 
 log = logging.getLogger("fleethq.clock")
 
-SCHEDULE = (
-    # (actor, period in seconds)
-    (actors.reap_leases, float(os.environ.get("FLEETHQ_REAP_EVERY_S", "5"))),
-    (actors.fold_counters, float(os.environ.get("FLEETHQ_FOLD_EVERY_S", "30"))),
-    (actors.reconcile, float(os.environ.get("FLEETHQ_RECONCILE_EVERY_S", "15"))),
-    (actors.sweep_spool, float(os.environ.get("FLEETHQ_SWEEP_SPOOL_EVERY_S", "300"))),
-    (actors.prune_claim_buckets, float(os.environ.get("FLEETHQ_PRUNE_CLAIM_BUCKETS_EVERY_S", "3600"))),
-    (actors.prune_retention, float(os.environ.get("FLEETHQ_PRUNE_EVERY_S", "60"))),
+# Each periodic actor and the setting holding its period (app.config: the
+# FLEETHQ_*_EVERY_S variables).
+PERIODS = (
+    (actors.reap_leases, "REAP_EVERY_S"),
+    (actors.fold_counters, "FOLD_EVERY_S"),
+    (actors.reconcile, "RECONCILE_EVERY_S"),
+    (actors.sweep_spool, "SWEEP_SPOOL_EVERY_S"),
+    (actors.prune_claim_buckets, "PRUNE_CLAIM_BUCKETS_EVERY_S"),
+    (actors.prune_retention, "PRUNE_EVERY_S"),
 )
+
+
+def schedule(settings) -> tuple:
+    """(actor, period in seconds) of every periodic actor, from the settings."""
+    return tuple((actor, float(settings[key])) for actor, key in PERIODS)
+
+
+SCHEDULE = schedule(vars(Defaults))  # the default periods
 
 
 # Any 64-bit key of our own; the same in every clock of one database.
@@ -138,7 +148,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         log.info("clock started (pid %s): waiting for the clock lease", os.getpid())
-        run(leadership=leadership)
+        run(schedule(settings), leadership=leadership)
     except KeyboardInterrupt:
         pass
     finally:

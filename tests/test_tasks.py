@@ -365,6 +365,19 @@ def test_clock_default_schedule(stub_broker, monkeypatch):
         assert sent.count(name) == int(59 // period) + 1, (name, period, sent)
 
 
+def test_clock_periods_are_settings_checked_at_start(monkeypatch):
+    from app import config
+    monkeypatch.setenv("FLEETHQ_RECONCILE_EVERY_S", "2")
+    periods = {a.actor_name: p for a, p in clock.schedule(config.load({"DATABASE_URL": "postgresql://x/y"}))}
+    assert periods["reconcile"] == 2.0 and periods["reap_leases"] == 5.0
+    monkeypatch.setenv("FLEETHQ_RECONCILE_EVERY_S", "0")
+    with pytest.raises(config.ConfigError, match="RECONCILE_EVERY_S"):
+        config.load({"DATABASE_URL": "postgresql://x/y"})
+    monkeypatch.setenv("FLEETHQ_RECONCILE_EVERY_S", "often")
+    with pytest.raises(config.ConfigError, match="RECONCILE_EVERY_S"):
+        config.load({"DATABASE_URL": "postgresql://x/y"})
+
+
 def test_clock_survives_a_broker_outage(stub_broker, monkeypatch):
     fake = FakeTime()
     monkeypatch.setattr(clock, "time", fake)

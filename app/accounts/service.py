@@ -14,7 +14,7 @@ from app import audit
 from app.accounts import sealing, tokens
 from app.accounts.models import ROLES, USER_STATUSES, MachineToken, User
 from app.errors import InvalidRequest, InvalidToken, NotFound
-from app.extensions import db
+from app.extensions import app_cache, db
 from app.fleet.service import NODE_SECRET_PREFIX
 from workers.wire.protocol import is_identifier
 
@@ -273,7 +273,6 @@ def token_metadata(user_id: str) -> dict:
 # Writing last_used_at on every request would turn each read into a write;
 # once a minute per token per process is plenty for an admin to see activity.
 _TOUCH_EVERY_S = 60.0
-_touched: dict[str, float] = {}
 _touched_lock = threading.Lock()
 
 
@@ -343,10 +342,13 @@ def _adopt_imported(user_id: str, token: str, savewebhq_key: str) -> bool:
 
 def _touch(token_hash: str) -> None:
     now = time.monotonic()
+    touched: dict[str, float] = app_cache("tokens_touched")
     with _touched_lock:
-        due = now - _touched.get(token_hash, -_TOUCH_EVERY_S) >= _TOUCH_EVERY_S
+        due = now - touched.get(token_hash, -_TOUCH_EVERY_S) >= _TOUCH_EVERY_S
         if due:
-            _touched[token_hash] = now
+            if len(touched) > 100_000:
+                touched.clear()
+            touched[token_hash] = now
     if due:
         db.session.execute(text("UPDATE machine_tokens SET last_used_at = now() WHERE token_hash = :h"),
                            {"h": token_hash})

@@ -18,7 +18,7 @@ from sqlalchemy import text
 
 from app import audit
 from app.errors import InvalidRequest, NotFound
-from app.extensions import db
+from app.extensions import app_cache, db
 from app.fleet.models import TIERS
 from app.projects.states import holds_slot
 
@@ -98,7 +98,7 @@ def set_tier(worker_id: str, tier: str, user_id: str | None = None) -> dict:
     audit.record(f"{kind}.tier", kind, worker_id if user_id is None else f"{user_id}/{worker_id}",
                  {"tier": tier})
     db.session.commit()
-    _first_free.clear()  # a promoted or demoted worker counts at once in this process
+    app_cache("first_choice_free").clear()  # a promoted or demoted worker counts at once
     return result
 
 
@@ -132,12 +132,12 @@ SELECT EXISTS (
 # Fallback workers ask often (every long-poll round); the answer may be this
 # old. Short against any sensible fallback_after_seconds.
 FIRST_FREE_CACHE_S = 1.0
-_first_free: dict[str, tuple[float, bool]] = {}
 
 
 def first_choice_free(project_id: str, max_worker_in_flight: int | None, stale_s: float) -> bool:
     """Could a first-choice worker take a job of this project now?"""
     now = time.monotonic()
+    _first_free: dict[str, tuple[float, bool]] = app_cache("first_choice_free")
     cached = _first_free.get(project_id)
     if cached is not None and now - cached[0] < FIRST_FREE_CACHE_S:
         return cached[1]
@@ -181,6 +181,6 @@ def ensure_local_node(node_id: str, name: str, secret: str, tier: str | None) ->
         raise Conflict(f"node {node_id!r} exists with another secret: give the fetcher a new volume",
                        code="invalid_transition", details={"worker_id": node_id})
     db.session.commit()
-    _first_free.clear()
+    app_cache("first_choice_free").clear()
     return {"worker_id": row[0], "name": row[1], "status": row[2], "tier": row[3],
             "local": row[4], "created": row[5]}

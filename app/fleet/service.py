@@ -15,7 +15,7 @@ from sqlalchemy import select, text
 from app import audit
 from app.accounts import tokens
 from app.errors import Conflict, EnrollmentRefused, InvalidRequest, InvalidToken, NotFound, PermissionDenied
-from app.extensions import db
+from app.extensions import app_cache, db
 from app.fleet.models import EnrollmentCredential, FleetNode, TokenWorker
 
 ENROLLMENT_PREFIX = "fhqe_"
@@ -173,14 +173,16 @@ def decide_token_worker(user_id: str, worker_id: str, action: str,
 # Recording a token worker on every claim would add a write to the hot path;
 # once per interval per process keeps the worker list fresh enough.
 _NOTE_EVERY_S = 30.0
-_noted: dict[tuple[str, str], float] = {}
 
 
 def note_token_worker(user_id: str, worker_id: str) -> None:
     now = time.monotonic()
-    if now - _noted.get((user_id, worker_id), -_NOTE_EVERY_S) < _NOTE_EVERY_S:
+    noted: dict[tuple[str, str], float] = app_cache("token_workers_noted")
+    if now - noted.get((user_id, worker_id), -_NOTE_EVERY_S) < _NOTE_EVERY_S:
         return
-    _noted[(user_id, worker_id)] = now
+    if len(noted) > 100_000:  # SDKs pick a new worker id at every start
+        noted.clear()
+    noted[(user_id, worker_id)] = now
     db.session.execute(text(
         "INSERT INTO token_workers (user_id, worker_id) VALUES (:u, :w) "
         "ON CONFLICT (user_id, worker_id) DO UPDATE SET last_seen_at = now()"),
