@@ -91,10 +91,18 @@ class Leadership:
             return False
 
     def release(self) -> None:
-        self.held = False
+        """Give the lease up. Unlocked explicitly first: a closed connection's
+        server session ends (and drops the lock) a moment after the client
+        has moved on, and a clock that stops should hand over at once."""
+        held, self.held = self.held, False
         if self._conn is not None:
             try:
-                self._conn.close()  # ending the session releases the lock
+                if held and not self._conn.closed:
+                    self._conn.execute("SELECT pg_advisory_unlock(%s)", (self.key,))
+            except psycopg.Error:
+                pass  # the session is gone, and the lock with it
+            try:
+                self._conn.close()
             except psycopg.Error:
                 pass
         self._conn = None
