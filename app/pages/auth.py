@@ -20,14 +20,7 @@ For page views (the admin pages build on these; the names are stable)::
 Pages accept only this browser session; nothing here reads an
 ``Authorization`` header, so a machine token never opens a page.
 
-Sign-in rules (``reconcile``): the user id of a GitHub user is
-``gh-<numeric GitHub id>`` (logins can be renamed and reused; ids cannot), or
-``gh_<id>`` when a user of that spelling was imported from SavewebHQ;
-``github_login`` keeps the current login. Members of ``GITHUB_ORG`` /
-``GITHUB_ADMIN_TEAM`` become active with roles admin+worker; at every sign-in
-a non-member loses ``admin``. A new non-member is created ``pending`` with
-role worker and gets no session until an admin sets them active. A
-suspended user stays suspended whatever the team says.
+Sign-in rules: ``app.accounts.signin``; the GitHub client: ``app.accounts.github``.
 """
 from __future__ import annotations
 
@@ -43,7 +36,8 @@ from flask_login import LoginManager, current_user, login_user, logout_user
 from sqlalchemy import text
 
 from app.extensions import db
-from app.pages import github, sessions
+from app.accounts import github, signin
+from app.pages import sessions
 from app.pages.links import master_url
 from app.ratelimit import limit_login
 
@@ -123,42 +117,6 @@ def _sign_in(user_id: str, next_url: str | None):
     return redirect(next_url or home_url(), 303)
 
 
-_RECONCILE = text("""
-INSERT INTO users (id, status, roles, github_login)
-VALUES (:id, CASE WHEN :admin THEN 'active' ELSE 'pending' END,
-        CASE WHEN :admin THEN ARRAY['admin', 'worker'] ELSE ARRAY['worker'] END, :login)
-ON CONFLICT (id) DO UPDATE SET
-    github_login = EXCLUDED.github_login,
-    roles = CASE WHEN :admin
-                 THEN ARRAY(SELECT DISTINCT r FROM unnest(users.roles || ARRAY['admin', 'worker']) r
-                            ORDER BY r)
-                 ELSE array_remove(users.roles, 'admin') END,
-    status = CASE WHEN :admin AND users.status = 'pending' THEN 'active' ELSE users.status END,
-    updated_at = now()
-RETURNING id, status
-""")
-
-
-def _user_id_of(identity: github.Identity) -> str:
-    """``gh-<id>``, or ``gh_<id>`` for a user imported from SavewebHQ (its
-    spelling), so an imported admin signs in as the same user."""
-    imported = f"gh_{identity.id}"
-    exists = db.session.execute(text("SELECT 1 FROM users WHERE id = :id"), {"id": imported}).first()
-    return imported if exists else f"gh-{identity.id}"
-
-
-def reconcile(identity: github.Identity, is_admin: bool) -> tuple[str, str]:
-    """Apply the sign-in rules (module docstring) in one statement. Commits.
-
-    Returns:
-        (user id, status after sign-in)
-    """
-    row = db.session.execute(_RECONCILE, {"id": _user_id_of(identity), "login": identity.login,
-                                          "admin": bool(is_admin)}).one()
-    db.session.commit()
-    return row[0], row[1]
-
-
 @bp.get("/")
 def root():
     return redirect(home_url() if current_user.is_authenticated else url_for("auth.login"))
@@ -228,7 +186,7 @@ def github_callback():
         log.warning("github sign-in failed: %s", exc)
         return _failed(502, _("GitHub unavailable"), _("GitHub could not be reached. Try again shortly."))
     del access_token  # used for these three calls only; never stored
-    user_id, status = reconcile(identity, is_admin)
+    user_id, status = signin.reconcile(identity, is_admin)
     log.info("github sign-in user=%s login=%s admin=%s status=%s", user_id, identity.login,
              is_admin, status)
     if status == "pending":
