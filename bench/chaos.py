@@ -207,7 +207,7 @@ class Chaos:
     def start_services(self) -> None:
         from app.dev import embedded
         from tests.publisher import Publisher
-        from tests.test_archive import MotoServer
+        from tests.support.archive import MotoServer
         import logging
         logging.getLogger("werkzeug").setLevel(logging.ERROR)   # moto's request log
         self.pg_dir = os.path.join(self.tmp, "pg")

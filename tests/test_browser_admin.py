@@ -24,34 +24,9 @@ from tests.helpers import VERSION, Api
 # Spool and object store under tmp_path, test PDFs, a half-sent upload.
 from tests.support.uploads import read_response, sha, spool_names, streaming_upload
 from workers.wire.source import write_source
+from tests.support.browser import (page, site)  # noqa: F401
 
 XSS = "<script>alert(1)</script>"
-
-
-@pytest.fixture
-def site(app, live_server, monkeypatch):
-    from app.pages import aggregates
-    monkeypatch.setitem(app.config, "DEV_MODE", True)  # the dev login exists only in dev mode
-    aggregates.reset_cache()
-    return live_server
-
-
-@pytest.fixture
-def page(browser, site):
-    """A signed-in admin's tab; CSP violations and dialogs fail the test."""
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    tab = context.new_page()
-    problems = []
-    tab.on("console", lambda msg: problems.append(msg.text)
-           if "Content Security Policy" in msg.text else None)
-    tab.on("dialog", lambda dialog: (problems.append(f"dialog: {dialog.message}"), dialog.dismiss()))
-    tab.set_default_timeout(15_000)
-    tab.goto(f"{site.url}/login")
-    tab.click("#dev-login")
-    tab.wait_for_url(f"{site.url}/admin")
-    yield tab
-    context.close()
-    assert problems == []
 
 
 @pytest.fixture

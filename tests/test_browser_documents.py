@@ -11,8 +11,8 @@ import requests
 from tests import scans
 from tests.browser import SHOTS, browser  # noqa: F401  (fixture)
 from tests.helpers import Api, sql
-from tests.test_browser_admin import page, site  # noqa: F401  (fixtures)
-from tests.test_documents_pages import _ocr_done
+from tests.support.browser import page, site  # noqa: F401  (fixtures)
+from tests.support.documents import _ocr_done
 
 WORDS = [["quartz harbour lantern", "meadow thunder violin"], ["copper falcon whisper"]]
 

@@ -17,7 +17,7 @@ import requests
 from tests.browser import SHOTS, browser  # noqa: F401  (fixture)
 from tests.fleet_helpers import Node
 from tests.helpers import Api, body
-from tests.test_browser_admin import page, site  # noqa: F401  (fixtures)
+from tests.support.browser import page, site  # noqa: F401  (fixtures)
 
 # Each main page: (path, heading in English, heading in Chinese).
 MAIN_PAGES = [

@@ -6,45 +6,18 @@ consumer killed mid-file loses and duplicates nothing."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from PIL import Image
 
 from tests import scans
 from tests.helpers import Api, sql, wait_for
+from tests.support.documents import (Consumer, ROOT)  # noqa: F401
 
-ROOT = Path(__file__).resolve().parent.parent
 WORDS = [["quartz harbour lantern"], ["copper falcon whisper"]]
-
-
-class Consumer:
-    def __init__(self, database_url, dirs, folder: Path, log: Path, *, polling: int = 0):  # noqa: F811
-        self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("FLEETHQ_")},
-                    "DATABASE_URL": database_url, "FLEETHQ_SECRET_KEY": "consume-test-key",
-                    "FLEETHQ_DATA_DIR": str(dirs.spool.parent), "FLEETHQ_SPOOL_DIR": str(dirs.spool),
-                    "FLEETHQ_OBJECT_STORE_DIR": str(dirs.objects), "FLEETHQ_CONSUME_DIR": str(folder),
-                    "FLEETHQ_CONSUME_PROJECT": "inbox", "FLEETHQ_CONSUME_SETTLE_S": "1",
-                    "FLEETHQ_CONSUME_POLLING_S": str(polling), "FLEETHQ_LOG_JSON": "false"}
-        self.log, self.proc = log, None
-
-    def start(self) -> "Consumer":
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "flask", "--app", "wsgi", "fleet", "documents", "consume"],
-            cwd=ROOT, env=self.env, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT)
-        return self
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            assert self.proc.wait(20) == 0, self.output()
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from PIL import Image
 from tests import scans
 from tests.helpers import body, wait_for
 from tests.support.pages import sign_in
-from tests.test_documents_consume import Consumer
-from tests.test_ocr_pipeline import _ocr_worker
+from tests.support.documents import Consumer
+from tests.support.ocr import _ocr_worker
 from tests.worker_harness import archiver, fleet, master, publisher, sql  # noqa: F401
 
 

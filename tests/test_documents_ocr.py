@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 from tests import scans
 from tests.helpers import body, wait_for
-from tests.test_ocr_pipeline import _ocr_worker, _search
+from tests.support.ocr import _ocr_worker, _search
 from tests.worker_harness import archiver, fleet, master, publisher, sql  # noqa: F401
 
 PAGES = [["quartz harbour lantern"], ["copper falcon whisper"]]

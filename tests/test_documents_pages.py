@@ -13,6 +13,7 @@ import pytest
 
 from tests import scans
 from tests.helpers import Api, sql
+from tests.support.documents import _ocr_done
 from tests.support.pages import Pages, sign_in
 
 WORDS = [["quartz harbour lantern"], ["copper falcon whisper"]]
@@ -30,23 +31,6 @@ def admin_pages(app, client, admin_token, dirs):  # noqa: F811
     Api(client, admin_token).put_project("letters", kind="documents")
     sign_in(app, client)
     return Pages(client, "page-admin")
-
-
-def _ocr_done(app, document_id: int, text: str) -> None:
-    """What the archive commit does when the OCR run of a document is done:
-    its text indexed under the document's key, the OCRed PDF registered."""
-    from app.extensions import db
-    from app.search.index import index_paper
-    (key, project, job_id) = sql(app, "SELECT asset_key, project_id, job_id FROM documents WHERE id = :d",
-                                 d=document_id)[0]
-    sql(app, "INSERT INTO assets (canonical_key, sha256, size, object_key, project_id, derived_from) "
-             "SELECT 'ocr:' || canonical_key, sha256, size, object_key, project_id, canonical_key "
-             "FROM assets WHERE canonical_key = :k", k=key)
-    sql(app, "UPDATE jobs SET state = 'done' WHERE id = :j", j=job_id)
-    with app.app_context():
-        index_paper(key, project, text, derived_key=f"ocr:{key}", languages="eng")
-        db.session.commit()
-        db.session.remove()
 
 
 def _add_on_page(admin_pages, names, files):

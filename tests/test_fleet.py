@@ -17,40 +17,13 @@ import requests
 
 from tests.fleet_helpers import Node, decide, new_identity
 from tests.helpers import Api, body, sql, values
+from tests.support.cli import (assert_cli_error, cli, cli_json, cli_text)  # noqa: F401
 
 NODE_LEASE_S = 60
 STALE_AFTER_S = 90
 
 
 # ------------------------------------------------------------------ helpers
-
-
-def cli(app, *args):
-    return app.test_cli_runner().invoke(args=list(args))
-
-
-def cli_text(result) -> str:
-    """Everything the command printed (stdout and stderr) plus any exception text."""
-    parts = [result.output or ""]
-    try:
-        parts.append(result.stderr or "")
-    except ValueError:
-        pass
-    return "\n".join(parts)
-
-
-def assert_cli_error(result, code: str):
-    """A clear error: non-zero exit, the error code named, never a traceback."""
-    out = cli_text(result)
-    assert result.exit_code != 0, out
-    assert isinstance(result.exception, SystemExit), repr(result.exception)
-    assert code in out, out
-    assert "Traceback" not in out, out
-
-
-def cli_json(result):
-    assert result.exit_code == 0, cli_text(result)
-    return json.loads(result.stdout)
 
 
 def error_code(response) -> str:

@@ -15,8 +15,8 @@ import pytest
 from tests.fleet_helpers import decide
 from tests.helpers import body, wait_for
 from tests.support.pages import Pages, sign_in
-from tests.test_fleet import assert_cli_error, cli, cli_json
-from tests.test_spool import age, sweep
+from tests.support.cli import assert_cli_error, cli, cli_json
+from tests.support.spool import age, sweep
 from tests.support.uploads import (archive, attempt_row, execute, job_row, read_response, reserved, sha,
                                    spool_names, start, streaming_upload, token_worker_claims_a_paper,
                                    upload_rows)

@@ -24,8 +24,9 @@ import pytest
 import redis
 
 from tests.conftest import free_port
-from tests.test_archive import commit_directly, local_store, one  # noqa: F401 (fixtures)
-from tests.test_hooks import Pipeline, add_consumer, delivery_ids
+from tests.support.archive import commit_directly, local_store, one  # noqa: F401 (fixtures)
+from tests.support.archive import Pipeline
+from tests.support.hooks import add_consumer, delivery_ids
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)

@@ -26,9 +26,10 @@ from tasks import actors
 from tests.conftest import free_port
 from tests.fleet_helpers import Node
 from tests.helpers import body, sql
-from tests.test_archive import (Pipeline, Staged, commit_directly,  # noqa: F401 (fixtures)
+from tests.support.archive import (Pipeline, Staged, commit_directly,  # noqa: F401 (fixtures)
                                 idle_in_transaction, local_store, make_broker, moto, one, rows,
-                                run_worker, s3_store)
+                                pipeline, run_worker, s3_store)
+from tests.support.hooks import add_consumer, delivery_ids
 
 SIGNATURE = "X-FleetHQ-Signature"
 TIMESTAMP = "X-FleetHQ-Timestamp"
@@ -100,18 +101,6 @@ def consumers():
 # ------------------------------------------------------------------ helpers
 
 
-@pytest.fixture
-def pipeline(app, client, admin_token, tmp_path):
-    return Pipeline(app, client, admin_token, tmp_path)
-
-
-def add_consumer(pipeline: Pipeline, url: str, name: str = "indexer", **extra) -> dict:
-    response = pipeline.api.call("POST", f"/api/v1/admin/projects/{pipeline.project}/hooks",
-                                 {"name": name, "url": url, **extra})
-    assert response.status_code == 201, body(response)
-    return body(response)
-
-
 def archive(app, pipeline: Pipeline, value: str, seed: int) -> Staged:
     staged = pipeline.stage(value, seed=seed)
     assert commit_directly(app, staged.attempt_id) == "done"
@@ -151,10 +140,6 @@ def outbox_rows(app, delivery_id: int) -> list[dict]:
                      "extract(epoch FROM due_at - created_at) AS delay_s "
                      "FROM outbox WHERE topic = 'hook_delivery' AND ref = :d ORDER BY id",
                 d=delivery_id)
-
-
-def delivery_ids(app) -> list[int]:
-    return [r["id"] for r in rows(app, "SELECT id FROM hook_deliveries ORDER BY id")]
 
 
 def expected_signature(secret: str, request: dict) -> str:
@@ -865,7 +850,7 @@ def test_reenabling_after_retention_pruned_old_deliveries_resends_nothing_alread
 
 
 def hook_metrics(client, project_id: str) -> dict[str, float]:
-    from tests.test_ops import samples
+    from tests.support.metrics import samples
     return {name: value for name, labels, value in samples(client.get("/metrics").get_data(as_text=True))
             if name.startswith("fleethq_hook_deliveries_") and labels == {"project": project_id}}
 

@@ -18,6 +18,7 @@ from tests import scans
 from tests.fleet_helpers import Node
 from tests.helpers import body, wait_for
 from tests.worker_harness import archiver, fleet, master, publisher, sql  # noqa: F401
+from tests.support.ocr import (_ocr_worker, _search)  # noqa: F401
 
 PAGES = [["quartz harbour lantern", "meadow thunder violin"],
          ["copper falcon whisper", "granite orchid sailor"]]
@@ -44,22 +45,6 @@ def _archive(fleet, client, source: str, pdf_bytes: bytes, value: str) -> int:
     wait_for(lambda: sql(fleet.app, "SELECT 1 FROM jobs WHERE id = :j AND state = 'done'",
                          j=job["job_id"]), 30, "the source's archive")
     return job["job_id"]
-
-
-def _ocr_worker(fleet, project, **env):
-    settings = {"FLEETHQ_TASK": "ocr", "FLEETHQ_CONCURRENCY": 1, "FLEETHQ_OCR_LANGUAGES": "eng",
-                "FLEETHQ_OCR_NICE": 0, **env}
-    return fleet.worker(project, **settings)
-
-
-def _search(app, words: str) -> list[dict]:
-    from app.extensions import db
-    from app.search.query import search
-    with app.app_context():
-        try:
-            return search(words)["results"]
-        finally:
-            db.session.remove()
 
 
 def _tmp_files(worker) -> list[str]:

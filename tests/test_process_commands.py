@@ -30,7 +30,7 @@ from tests import scans
 from tests.conftest import free_port, unique
 from tests.fleet_helpers import pdf_project
 from tests.helpers import Api, body, db_rows, latest_revision, sql, values, wait_for
-from tests.test_archive import MotoServer, s3_client
+from tests.support.archive import MotoServer, s3_client
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)

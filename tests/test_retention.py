@@ -10,7 +10,7 @@ from app import config as app_config
 from app.ops import retention
 from tests.helpers import body, sql, values
 from tests.support.pages import sign_in
-from tests.test_ops import samples
+from tests.support.metrics import samples
 
 
 @pytest.fixture

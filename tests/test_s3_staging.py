@@ -19,7 +19,7 @@ from app.storage import content_key
 from tasks import actors
 from app.uploads import spool as spool_mod
 from app.uploads import sweeper
-from tests.test_archive import (Pipeline, make_broker, moto, one, rows,  # noqa: F401 (fixtures)
+from tests.support.archive import (Pipeline, make_broker, moto, one, rows,  # noqa: F401 (fixtures)
                                 run_worker, s3_client, spool_reserved)
 
 

@@ -30,7 +30,7 @@ from tests.gunicorn_master import ROOT, Gunicorn
 from tests.helpers import Api, body, db_rows, wait_for
 from tests.pdfs import make_pdf
 from tests.roundrobin_proxy import ProxyProcess
-from tests.test_archive import MotoServer, s3_client
+from tests.support.archive import MotoServer, s3_client
 
 BIN = os.path.dirname(sys.executable)
 

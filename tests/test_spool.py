@@ -22,24 +22,10 @@ from tests.helpers import db_rows as rows
 from tests.support.uploads import (_age_lease, _reap, archive, attempt_row, error_of, execute, job_row,
                                    read_response, reserved, sha, spool_names, start, streaming_upload,
                                    upload_head, upload_rows)
+from tests.support.spool import (age, sweep)  # noqa: F401
 
 # The spool and the object store under tmp_path, for every test here.
 pytestmark = pytest.mark.usefixtures("dirs")
-
-
-def sweep(app, now: float | None = None) -> dict:
-    from app.extensions import db
-    from app.uploads import sweeper
-    with app.app_context():
-        try:
-            return sweeper.sweep(app.config, now=now)
-        finally:
-            db.session.remove()
-
-
-def age(path, seconds: float) -> None:
-    then = time.time() - seconds
-    os.utime(path, (then, then))
 
 
 # ------------------------------------------------------------------- quota

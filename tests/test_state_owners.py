@@ -21,7 +21,7 @@ import pytest
 from app.projects import states
 from tests.fleet_helpers import Node, decide, papers, pdf_project
 from tests.helpers import Api, body, sql, values
-from tests.test_task_deadline import sweep
+from tests.support.jobs import sweep
 from tests.support.uploads import archive
 
 ROOT = Path(__file__).resolve().parent.parent

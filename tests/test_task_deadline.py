@@ -14,15 +14,7 @@ from tests.conftest import make_app
 from tests.fleet_helpers import Node, papers, pdf_project
 from tests.helpers import Api, body, sql, values, wait_for
 from tests.support.uploads import archive
-
-
-def sweep(app) -> dict:
-    from app.extensions import db
-    from app.projects import leasing
-    with app.app_context():
-        out = leasing.sweep()
-        db.session.remove()
-    return out
+from tests.support.jobs import (sweep)  # noqa: F401
 
 
 def shorten_task_timeout(app, project: str, seconds: int) -> None:
