@@ -1,6 +1,7 @@
 """Extensions, created unbound; ``create_app`` binds them."""
 import functools
 import re
+from typing import Any, cast
 
 import psycopg
 from psycopg.rows import namedtuple_row, tuple_row
@@ -9,7 +10,7 @@ from flask import current_app
 from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
 from flask_sqlalchemy.session import Session
-from sqlalchemy import MetaData
+from sqlalchemy import CursorResult, MetaData
 from sqlalchemy.exc import DBAPIError
 
 # Stable constraint names keep Alembic autogenerate and the drift test honest.
@@ -62,7 +63,7 @@ def app_cache(name: str) -> dict:
     return caches.setdefault(name, {})
 
 
-def fetch_rows(sql: str, params: dict, *, named: bool = False) -> list[tuple]:
+def fetch_rows(sql: str, params: dict, *, named: bool = False) -> list[Any]:
     """Run one of the worker routes' fixed statements in the session's
     transaction, straight through psycopg, and return its rows as tuples.
 
@@ -93,6 +94,15 @@ def fetch_rows(sql: str, params: dict, *, named: bool = False) -> list[tuple]:
 db = SQLAlchemy(metadata=MetaData(naming_convention=NAMING),
                 session_options={"class_": RoutedSession})
 migrate = Migrate()
+# The models' base class, named for type checkers: Flask-SQLAlchemy builds
+# db.Model at run time, which mypy cannot follow.
+Model: Any = db.Model
+
+
+def changed(statement, params: dict | None = None) -> int:
+    """Run a data-changing statement in the session's transaction; the rows it changed."""
+    result = db.session.execute(statement, params or {})
+    return cast(CursorResult, result).rowcount
 
 
 # A pooled connection idle longer than this is pinged before use; one handed

@@ -57,7 +57,7 @@ def start(project_id: str, action: str, found: JobFilter, *, actor: str, reason:
         "INSERT INTO bulk_actions (project_id, action, filter, matched, through_job_id, created_by, "
         "reason) VALUES (:p, :a, CAST(:f AS jsonb), :m, :through, :by, :r) RETURNING id"),
         {"p": project_id, "a": action, "f": json.dumps(found.as_dict()), "m": matched,
-         "through": through, "by": actor, "r": reason}).scalar()
+         "through": through, "by": actor, "r": reason}).scalar_one()
     outbox.add(TOPIC, action_id)
     audit.record(f"jobs.bulk_{action}", "project", project_id,
                  {"bulk_action": action_id, "filter": found.as_dict(), "matched": matched}, reason=reason)

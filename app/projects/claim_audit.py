@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from app.extensions import db
+from app.extensions import changed, db
 
 _RECORD = text("""
 INSERT INTO worker_claim_buckets (project_id, worker_id, bucket_started_at, claim_requests,
@@ -32,11 +32,11 @@ def record(project, worker_id: str, jobs: int, policy_version: int | None) -> No
 
 def prune(retention_days: int, limit: int = 50_000) -> int:
     """Delete buckets older than the retention. Commits."""
-    deleted = db.session.execute(text(
+    deleted = changed(text(
         "DELETE FROM worker_claim_buckets WHERE ctid = ANY(ARRAY("
         "SELECT ctid FROM worker_claim_buckets "
         "WHERE bucket_started_at < now() - make_interval(days => :d) LIMIT :n))"),
-        {"d": retention_days, "n": limit}).rowcount
+        {"d": retention_days, "n": limit})
     db.session.commit()
     return deleted
 

@@ -93,8 +93,8 @@ def serve(project: service.ProjectView, worker: Worker, standing: Standing, requ
             raise
 
     def wake_hint(result: ClaimResult | None) -> float | None:
-        hints = [h for h in (leasing.next_claimable_in(project.id), result and result.recheck_s)
-                 if h is not None]
+        recheck = result.recheck_s if result is not None else None
+        hints = [h for h in (leasing.next_claimable_in(project.id), recheck) if h is not None]
         return min(hints, default=None)
 
     result, waited = wakeups.long_poll(settings.listen_dsn, project.id, request.wait_s, look,

@@ -14,7 +14,7 @@ from sqlalchemy import text
 
 from app import audit
 from app.errors import Conflict, InvalidJob
-from app.extensions import db
+from app.extensions import changed, db
 from app.projects import service, wakeups
 from app.projects.models import Project
 from workers.wire.canonical import InvalidIdentifier, canonical_key
@@ -154,6 +154,7 @@ def insert_batch(project: Project, specs: list[dict], *, offset: int = 0,
     conn = db.session.connection()
     conn.exec_driver_sql(_STAGE_DDL)
     raw = conn.connection.driver_connection
+    assert raw is not None  # a checked-out connection always has its driver's
     with raw.cursor() as cur:
         with cur.copy("COPY job_stage (seq, ext_id, value_sha256, value, type, via, hops, attr, "
                       "random_key) FROM STDIN") as copy:
@@ -168,8 +169,8 @@ def insert_batch(project: Project, specs: list[dict], *, offset: int = 0,
                     spec.get("random_key"),
                 ))
     key, on_conflict = _CONFLICT_TARGET[mode]
-    inserted = db.session.execute(text(_INSERT.format(on_conflict=on_conflict)),
-                                  {"p": project.id}).rowcount
+    inserted = changed(text(_INSERT.format(on_conflict=on_conflict)),
+                                  {"p": project.id})
     if inserted < len(kept):
         clash = db.session.execute(text(_FIRST_CONFLICT.format(key=key)), {"p": project.id}).first()
         if clash is not None:

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, UTC
+from typing import Any
 
 from sqlalchemy import text
 
@@ -76,7 +78,7 @@ class JobFilter:
     @classmethod
     def from_args(cls, args) -> "JobFilter":
         """From a query string or form; raises InvalidRequest naming the field."""
-        values = {name: (args.get(name) or "").strip() or None for name in cls.FIELDS}
+        values: dict[str, Any] = {name: (args.get(name) or "").strip() or None for name in cls.FIELDS}
         for name in ("error_code", "worker_id", "value_prefix", "q"):
             if values[name] is not None and len(values[name]) > Q_MAX_CHARS:
                 raise InvalidRequest(f"{name} is limited to {Q_MAX_CHARS} characters",
@@ -103,7 +105,8 @@ class JobFilter:
 
     def where(self) -> tuple[str, dict]:
         """SQL conditions on ``jobs j`` (after the project's) and their parameters."""
-        parts, params = [], {}
+        parts: list[str] = []
+        params: dict[str, Any] = {}
         if self.state:
             parts.append("j.state = :f_state")
             params["f_state"] = self.state
@@ -223,7 +226,7 @@ def _newest_errors(found: JobFilter, where: str, cursor: str, values: dict) -> l
         **values, "state": state, "probe": ERROR_PROBE_ROWS - 1}).scalar() or 0
         for state, only in states.items()}
     cut = max(lows.values())  # below it some state's window ended: order unknown
-    rows = []
+    rows: list = []
     for state, only in states.items():
         rows += db.session.execute(text(_IN_WINDOW.format(where=where, cursor=cursor, only=only)), {
             **values, "state": state, "low": cut - 1 if cut else 0,
@@ -238,7 +241,7 @@ def search(project_id: str, found: JobFilter, *, before_id: int | None = None,
     where, params = found.where()
     cursor = "AND j.id < :before" if before_id is not None else ""
     values = {**params, "project": project_id, "before": before_id, "n": limit + 1}
-    rows = None
+    rows: Sequence | None = None
     if found.q and found.q.startswith("error:"):
         rows = _newest_errors(found, where, cursor, values)
     if rows is None:
@@ -260,5 +263,5 @@ def count(project_id: str, found: JobFilter, cap: int = COUNT_CAP) -> tuple[int,
     where, params = found.where()
     n = db.session.execute(text(
         f"SELECT count(*) FROM (SELECT 1 FROM jobs j WHERE j.project_id = :project AND {where} "
-        f"LIMIT :cap) t"), {**params, "project": project_id, "cap": cap + 1}).scalar()
+        f"LIMIT :cap) t"), {**params, "project": project_id, "cap": cap + 1}).scalar_one()
     return min(n, cap), n <= cap

@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 from app import audit
 from app.errors import InvalidRequest, NotFound
-from app.extensions import db
+from app.extensions import changed, db
 from app.projects import states, wakeups
 from app.projects.models import JOB_STATES, savewebhq_state
 
@@ -122,7 +122,7 @@ def _page(project_id: str, states, after_job_id: int | None, limit: int) -> tupl
     index of its own and would walk other projects' jobs or sort a whole
     project. One extra row per state tells whether another page follows.
     """
-    rows = []
+    rows: list = []
     for state in states:
         rows += db.session.execute(text(
             f"{_SELECT} WHERE j.project_id = :p AND j.state = :s AND j.id > :after "
@@ -258,14 +258,14 @@ WHERE id = ANY(:ids) AND state IN ('failed', 'reset_exhausted')
 
 def requeue_many(job_ids: list[int]) -> int:
     """Requeue those of ``job_ids`` that can be; returns how many were."""
-    return db.session.execute(text(_REQUEUE_MANY), {"ids": job_ids}).rowcount
+    return changed(text(_REQUEUE_MANY), {"ids": job_ids})
 
 
 def delete_many(job_ids: list[int]) -> int:
     """Delete those of ``job_ids`` not in flight; returns how many were."""
-    return db.session.execute(text(
+    return changed(text(
         "DELETE FROM jobs WHERE id = ANY(:ids) AND state NOT IN ('wip', 'staged')"),
-        {"ids": job_ids}).rowcount
+        {"ids": job_ids})
 
 
 def valid_status(status) -> bool:

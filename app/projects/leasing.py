@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from sqlalchemy import text
 
 from app.errors import Conflict, RateLimited
-from app.extensions import db, fetch_rows
+from app.extensions import changed, db, fetch_rows
 from app.fleet.lanes import REMOTE_ON_SQL, Lane, first_choice_free
 from app.projects import ratelimit, states, wakeups
-from app.projects.models import Project
+from app.projects.service import ProjectView
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ PREFER_NEW_WAIT_S = 60.0
 FALLBACK_RECHECK_S = 1.0
 
 
-def _lane_filter(project: Project, lane: Lane, stale_s: float) -> tuple[str, bool]:
+def _lane_filter(project: ProjectView, lane: Lane, stale_s: float) -> tuple[str, bool]:
     """The claim's lane conditions and whether the tier rule holds jobs back:
     remote workers claim only while the remote switch is on; a fallback
     worker waits for old jobs while some first-choice worker is free."""
@@ -193,14 +193,14 @@ def _jobs_waiting(project_id: str) -> bool:
 
 def _live_attempts(project_id: str, worker: Worker | None) -> int:
     sql = f"SELECT count(*) FROM jobs WHERE project_id = :p AND {states.holds_slot('jobs')}"
-    params = {"p": project_id}
+    params: dict[str, str | None] = {"p": project_id}
     if worker is not None:
         sql += " AND worker_id = :w AND worker_owner IS NOT DISTINCT FROM :o"
         params.update(w=worker.worker_id, o=worker.owner)
-    return int(db.session.execute(text(sql), params).scalar())
+    return db.session.execute(text(sql), params).scalar_one()
 
 
-def _dispatch_limit(project: Project, worker: Worker, want: int) -> tuple[int, float | None]:
+def _dispatch_limit(project: ProjectView, worker: Worker, want: int) -> tuple[int, float | None]:
     """Apply the token bucket and in-flight caps under the project's dispatch lock.
 
     Returns the number of jobs this claim may take and the bucket's token count
@@ -220,7 +220,7 @@ def _dispatch_limit(project: Project, worker: Worker, want: int) -> tuple[int, f
     return want, tokens
 
 
-def claim(project: Project, worker: Worker, *, max_jobs: int, lease_seconds: int,
+def claim(project: ProjectView, worker: Worker, *, max_jobs: int, lease_seconds: int,
           accept_types: tuple[str, ...], reap_limit: int = 64,
           fresh_after_s: float = 60.0, lane: Lane = Lane(),
           stale_after_s: float = 90.0) -> ClaimResult:
@@ -253,8 +253,9 @@ def claim(project: Project, worker: Worker, *, max_jobs: int, lease_seconds: int
         if want == 0:
             waiting = _jobs_waiting(project.id)
             db.session.commit()
-            if tokens is not None and waiting and ratelimit.grantable(tokens, 1) == 0:
-                delay = ratelimit.retry_after_ms(tokens, project.dispatch_qps)
+            qps = project.dispatch_qps  # set whenever there are tokens
+            if tokens is not None and qps is not None and waiting and ratelimit.grantable(tokens, 1) == 0:
+                delay = ratelimit.retry_after_ms(tokens, qps)
                 raise RateLimited("project dispatch rate exceeded", retry_after_ms=delay,
                                   details={"dispatch_qps": project.dispatch_qps})
             return ClaimResult([], IDLE_RETRY_MS, project.policy_version)
@@ -276,7 +277,7 @@ def claim(project: Project, worker: Worker, *, max_jobs: int, lease_seconds: int
             "WHERE project_id = :p"), {"t": tokens - len(rows), "p": project.id})
     db.session.commit()
     retry_ms = IDLE_RETRY_MS
-    if tokens is not None and rows:
+    if tokens is not None and project.dispatch_qps is not None and rows:
         # As SavewebHQ: when the next token is due (0 while tokens remain).
         retry_ms = ratelimit.retry_after_ms(tokens - len(rows), project.dispatch_qps)
     key = (lambda r: (r[9], r[0])) if project.claim_order == "fifo" else (lambda r: (r[10], r[0]))
@@ -403,8 +404,8 @@ FROM tried_out WHERE j.id = tried_out.id
 def sweep(limit: int = 5000) -> dict:
     """The periodic actor's pass over every project. Commits."""
     expired = reap_expired(None, limit=limit)
-    overdue = db.session.execute(text(_FAIL_OVERDUE_SQL), {"limit": limit}).rowcount
-    tried_out = db.session.execute(text(_FAIL_TRIED_OUT_SQL), {"limit": limit}).rowcount
+    overdue = changed(text(_FAIL_OVERDUE_SQL), {"limit": limit})
+    tried_out = changed(text(_FAIL_TRIED_OUT_SQL), {"limit": limit})
     db.session.commit()
     return {"expired": expired, "overdue": overdue, "tried_out": tried_out}
 

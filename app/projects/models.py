@@ -13,7 +13,7 @@ from sqlalchemy import (BigInteger, Boolean, CheckConstraint, DateTime, Double, 
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.extensions import db
+from app.extensions import Model
 from workers.wire.policy import PROJECT_KINDS
 
 # Kinds whose jobs finish through an archived PDF upload: ``pdf`` (papers a
@@ -33,7 +33,7 @@ def _in(column: str, values) -> str:
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
 
-class Project(db.Model):
+class Project(Model):
     __tablename__ = "projects"
     __table_args__ = (
         CheckConstraint(_in("kind", PROJECT_KINDS), name="kind"),
@@ -67,7 +67,7 @@ class Project(db.Model):
     updated_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
 
 
-class ProjectDispatch(db.Model):
+class ProjectDispatch(Model):
     """Token-bucket state, apart from ``projects`` so that locking it never
     blocks the foreign-key checks of concurrent job writes."""
 
@@ -81,7 +81,7 @@ class ProjectDispatch(db.Model):
                                 server_default=text("'1970-01-01 00:00:00+00'"))
 
 
-class Job(db.Model):
+class Job(Model):
     __tablename__ = "jobs"
     __table_args__ = (
         CheckConstraint(_in("state", JOB_STATES), name="state"),
@@ -147,7 +147,7 @@ Index("ix_jobs_error_text", Job.last_error.op("->>")("message").label("error_mes
       postgresql_where=text("last_error IS NOT NULL"))
 
 
-class Attempt(db.Model):
+class Attempt(Model):
     __tablename__ = "attempts"
     __table_args__ = (
         CheckConstraint(_in("state", ATTEMPT_STATES), name="state"),
@@ -187,7 +187,7 @@ class Attempt(db.Model):
     wire_id = mapped_column(Text)
 
 
-class JobCount(db.Model):
+class JobCount(Model):
     """Delta rows; the count of (project, state) is the sum of its deltas."""
 
     __tablename__ = "job_counts"
@@ -198,7 +198,7 @@ class JobCount(db.Model):
     delta: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
-class AttemptTotal(db.Model):
+class AttemptTotal(Model):
     """Monotonic delta rows: attempts that entered each state, per project."""
 
     __tablename__ = "attempt_totals"
@@ -209,7 +209,7 @@ class AttemptTotal(db.Model):
     delta: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
-class WorkerClaimBucket(db.Model):
+class WorkerClaimBucket(Model):
     """Claims of one worker in one minute, for paced projects (migration 0007)."""
 
     __tablename__ = "worker_claim_buckets"
@@ -231,7 +231,7 @@ BULK_ACTIONS = ("requeue", "delete")
 BULK_STATES = ("running", "done", "cancelled")
 
 
-class BulkAction(db.Model):
+class BulkAction(Model):
     """An admin's requeue or delete of every job matching a filter, done in
     bounded batches in the background (migration 0016, app/projects/bulk.py)."""
 

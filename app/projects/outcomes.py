@@ -17,7 +17,8 @@ from app.errors import Conflict
 from app.extensions import db, fetch_rows
 from app.projects import states, wakeups
 from app.projects.leasing import Worker
-from app.projects.models import Project, savewebhq_state
+from app.projects.models import savewebhq_state
+from app.projects.service import ProjectView
 
 
 def _stale(message: str) -> dict:
@@ -166,7 +167,7 @@ def _json_array(payloads: dict, unique: list[dict]) -> str:
     return json.dumps([payloads[(it["job_id"], it["attempt_id"])] for it in unique])
 
 
-def _run_outcome(project: Project, worker: Worker, items: list[dict], sql: str, params: dict,
+def _run_outcome(project: ProjectView, worker: Worker, items: list[dict], sql: str, params: dict,
                  ended_as: str | None, payloads: dict) -> list[dict]:
     unique = _dedupe(items)
     results = {(it["job_id"], it["attempt_id"]): ItemResult(it["job_id"], it["attempt_id"])
@@ -194,7 +195,7 @@ def _run_outcome(project: Project, worker: Worker, items: list[dict], sql: str, 
     return [results[(it["job_id"], it["attempt_id"])].as_dict() for it in items]
 
 
-def complete(project: Project, worker: Worker, items: list[dict]) -> list[dict]:
+def complete(project: ProjectView, worker: Worker, items: list[dict]) -> list[dict]:
     """Finish attempts successfully (generic projects). Commits."""
     if project.kind != "generic":
         raise Conflict("jobs of pdf projects finish only through an archived upload",
@@ -209,7 +210,7 @@ def complete(project: Project, worker: Worker, items: list[dict]) -> list[dict]:
     return _run_outcome(project, worker, items, _COMPLETE_SQL, params, "done", payloads)
 
 
-def fail(project: Project, worker: Worker, items: list[dict]) -> list[dict]:
+def fail(project: ProjectView, worker: Worker, items: list[dict]) -> list[dict]:
     """Report failed attempts; retryable ones go back to the queue. Commits."""
     unique = _dedupe(items)
     payloads = {(it["job_id"], it["attempt_id"]): {"retryable": it["retryable"], "error": it["error"]}
@@ -222,7 +223,7 @@ def fail(project: Project, worker: Worker, items: list[dict]) -> list[dict]:
     return _run_outcome(project, worker, items, _FAIL_SQL, params, "failed", payloads)
 
 
-def extend(project: Project, worker: Worker, items: list[dict], extend_seconds: int) -> list[dict]:
+def extend(project: ProjectView, worker: Worker, items: list[dict], extend_seconds: int) -> list[dict]:
     """Renew live leases: new lease = max(current, now + extend), never past a deadline."""
     unique = _dedupe(items)
     job_ids, attempt_ids = _parse_ids(unique)

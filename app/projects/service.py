@@ -71,9 +71,10 @@ def not_found(project_id: str) -> NotFound:
 def view(project_id: str) -> ProjectView:
     row = db.session.execute(text(f"SELECT {VIEW_COLUMNS} FROM projects p WHERE p.id = :p"),
                              {"p": project_id}).first()
-    if row is None:
+    found = None if row is None else view_from_row(row)
+    if found is None:
         raise not_found(project_id)
-    return view_from_row(row)
+    return found
 
 
 def get(project_id: str, *, lock: bool = False) -> Project:
