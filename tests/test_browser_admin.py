@@ -15,24 +15,17 @@ from __future__ import annotations
 
 import re
 
-import pytest
 import requests
 
 from tests.browser import SHOTS, browser  # noqa: F401  (fixture)
 from tests.fleet_helpers import Node, papers, pdf_project
-from tests.helpers import VERSION, Api
+from tests.helpers import VERSION
 # Spool and object store under tmp_path, test PDFs, a half-sent upload.
 from tests.support.uploads import read_response, sha, spool_names, streaming_upload
 from workers.wire.source import write_source
-from tests.support.browser import (page, site)  # noqa: F401
+from tests.support.browser import api, page, site  # noqa: F401 (fixtures)
 
 XSS = "<script>alert(1)</script>"
-
-
-@pytest.fixture
-def api(site, admin_token):
-    session = requests.Session()
-    return Api(session, admin_token, base=site.url)
 
 
 def shot(tab, name):

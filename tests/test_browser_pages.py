@@ -16,8 +16,8 @@ import requests
 
 from tests.browser import SHOTS, browser  # noqa: F401  (fixture)
 from tests.fleet_helpers import Node
-from tests.helpers import Api, body
-from tests.support.browser import page, site  # noqa: F401  (fixtures)
+from tests.helpers import body
+from tests.support.browser import api, page, site  # noqa: F401  (fixtures)
 
 # Each main page: (path, heading in English, heading in Chinese).
 MAIN_PAGES = [
@@ -37,11 +37,6 @@ MAIN_PAGES = [
 def tab(page):  # noqa: F811
     """A signed-in admin's tab (test_browser_admin's: CSP violations and dialogs fail)."""
     return page
-
-
-@pytest.fixture
-def api(site, admin_token):  # noqa: F811
-    return Api(requests.Session(), admin_token, base=site.url)
 
 
 def shot(page, lang: str, name: str):

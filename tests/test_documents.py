@@ -14,15 +14,9 @@ import pytest
 
 from tests import scans
 from tests.helpers import Api, api_error, body, sql
+from tests.support.documents import api  # noqa: F401 (fixture: a documents project docs)
 
 WORDS = [["quartz harbour lantern", "meadow thunder violin"], ["copper falcon whisper"]]
-
-
-@pytest.fixture
-def api(client, admin_token, dirs):  # noqa: F811
-    api = Api(client, admin_token)
-    api.put_project("docs", kind="documents")
-    return api
 
 
 @pytest.fixture(scope="module")

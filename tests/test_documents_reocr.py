@@ -9,15 +9,9 @@ from urllib.parse import quote
 import pytest
 
 from tests import scans
-from tests.helpers import Api, api_error, body, sql
+from tests.helpers import api_error, body, sql
+from tests.support.documents import api  # noqa: F401 (fixture: a documents project docs)
 from tests.support.pages import Pages, sign_in
-
-
-@pytest.fixture
-def api(client, admin_token, dirs):  # noqa: F811
-    api = Api(client, admin_token)
-    api.put_project("docs", kind="documents")
-    return api
 
 
 def _add(api, tmp_path, name, words):

@@ -3,6 +3,9 @@ and a ``page`` opened on it."""
 from __future__ import annotations
 
 import pytest
+import requests
+
+from tests.helpers import Api
 from tests.browser import SHOTS, browser  # noqa: F401  (fixture)
 
 
@@ -30,3 +33,9 @@ def page(browser, site):
     yield tab
     context.close()
     assert problems == []
+
+
+@pytest.fixture
+def api(site, admin_token):
+    """The admin API over HTTP on the same live site as the browser."""
+    return Api(requests.Session(), admin_token, base=site.url)

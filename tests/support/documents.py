@@ -1,5 +1,6 @@
-"""Documents: the consume-folder process (``Consumer``) and what the archive
-commit does when a document's OCR run is done (``_ocr_done``)."""
+"""Documents: the admin API with a documents project (``api``), the
+consume-folder process (``Consumer``) and what the archive commit does when
+a document's OCR run is done (``_ocr_done``)."""
 from __future__ import annotations
 
 import os
@@ -7,7 +8,10 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from tests.helpers import sql
+
+import pytest
+
+from tests.helpers import Api, sql
 
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout
@@ -53,3 +57,11 @@ def _ocr_done(app, document_id: int, text: str) -> None:
         index_paper(key, project, text, derived_key=f"ocr:{key}", languages="eng")
         db.session.commit()
         db.session.remove()
+
+
+@pytest.fixture
+def api(client, admin_token, dirs):
+    """The admin API, with a documents project ``docs`` to put files in."""
+    api = Api(client, admin_token)
+    api.put_project("docs", kind="documents")
+    return api
