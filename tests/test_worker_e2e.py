@@ -85,3 +85,19 @@ def test_a_lost_registration_answer_is_retried_with_the_same_identity(fleet, pub
     assert worker.output().count("retrying with the same identity") == 2
     assert fleet.wait_settled(project, 1, timeout=60, proc=worker)["done"] == 1
     assert worker.terminate() == 0
+
+
+def test_a_worker_whose_version_is_not_allowed_says_what_is(fleet):
+    """A 426 on claim: the worker's log and its node's last error name the
+    version it sent and the ones the project allows, so the fix is plain."""
+    project = fleet.project(client_versions=["fleethq-worker/9.9", "fleethq-worker/dev"])
+    worker = fleet.worker(project, FLEETHQ_NO_BROWSER="1")
+    line = wait_for(lambda: next((ln for ln in worker.output().splitlines()
+                                  if f"claim from {project}: 426" in ln), None), 30, "a 426 claim")
+    sent = worker.env["FLEETHQ_CLIENT_VERSION"]
+    assert f"this worker sends {sent!r}" in line, line
+    assert "the project allows: fleethq-worker/9.9, fleethq-worker/dev" in line, line
+    node = wait_for(lambda: sql(fleet.app, "SELECT last_error FROM fleet_nodes WHERE last_error "
+                                           "LIKE '%allows%'"), 30, "the node's last error")
+    assert "fleethq-worker/9.9" in node[0]["last_error"]
+    assert worker.terminate() == 0

@@ -150,6 +150,19 @@ class Claimer:
             skip = exc.retry_after_s or 5.0
         self._skip_until[project] = time.monotonic() + skip
         level = logging.INFO if exc.status in (429,) else logging.WARNING
-        log.log(level, "claim from %s: %s (next try in %.0f s)", project, exc, skip)
+        said = f"{exc}{_versions_hint(exc)}"
+        log.log(level, "claim from %s: %s (next try in %.0f s)", project, said, skip)
         if exc.status != 429:
-            r.note_error(f"claim {project}: {exc}"[:2048])
+            r.note_error(f"claim {project}: {said}"[:2048])
+
+
+def _versions_hint(exc: MasterError) -> str:
+    """For a 426: the version this worker sent and the ones the project
+    allows (the master names both), so the log says what to change."""
+    if exc.status != 426:
+        return ""
+    allowed = exc.details.get("client_versions")
+    sent = exc.details.get("client_version")
+    shown = ", ".join(str(v) for v in allowed) if isinstance(allowed, list) and allowed else "none"
+    return (f" (this worker sends {sent!r}; the project allows: {shown}; "
+            "set --client-version or change the project's client_versions)")
