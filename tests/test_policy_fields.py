@@ -82,9 +82,9 @@ def test_the_policy_form_has_a_box_for_every_field_that_can_change(pages, api):
         shown = f'name="{field.name}"' in page
         assert shown is not field.fixed, field.name
         if field.type in (INTEGER, RATE):
-            # The box says what it takes: the declared range.
-            box = re.search(rf'<input[^>]*name="{field.name}"[^>]*>', page).group(0)
-            assert f'placeholder="{field.hint}"' in html.unescape(box), box
+            # The box says what it takes: the declared range, and what it means.
+            box = html.unescape(re.search(rf'<input[^>]*name="{field.name}"[^>]*>', page).group(0))
+            assert f'placeholder="{field.range_text}"' in box and f'title="{field.summary}"' in box, box
 
 
 def test_flask_fleet_put_project_has_a_flag_for_every_field():

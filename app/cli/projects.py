@@ -19,17 +19,24 @@ def _policy_options(fn):
 
 
 def _flag_help(field) -> str:
-    """The field's range and meaning; how the value is written: tracker's
-    parsing for its flags, JSON for FleetHQ's own."""
-    written = _TRACKER_SYNTAX.get(field.name, "JSON value (null clears)")
-    return f"{written}; {field.range_text}: {field.help or field.summary}"
+    """How the value is written (tracker's parsing for its flags, JSON for
+    FleetHQ's own), the default when every kind shares one, the range and
+    what the field means."""
+    from app.projects.models import PROJECT_KINDS
+    from app.projects.policy import defaults
+    tracker = field.name in _PARSERS
+    parts = [_TRACKER_SYNTAX.get(field.name, "") if tracker else "JSON value (null clears)"]
+    shared = {repr(defaults(kind)[field.name]) for kind in PROJECT_KINDS}
+    if len(shared) == 1 and not field.fixed and field.type != "versions":
+        value = defaults(PROJECT_KINDS[0])[field.name]
+        parts.append(f"default {'no limit' if value is None else value}")
+    return "; ".join(p for p in parts if p) + f"; {field.range_text}: {field.help or field.summary}"
 
 
 # How SavewebHQ's tracker flags are written (their parsing is tracker's).
 _TRACKER_SYNTAX = {
     "kind": "fixed at creation", "identity_mode": "fixed at creation",
-    "status": "default active", "claim_order": "default fifo; kept when omitted",
-    "max_resets": "default 3", "recommended_lease_seconds": "default 300",
+    "claim_order": "kept when omitted",
     "dispatch_qps": "empty means unlimited", "worker_claim_qps": "empty means unlimited",
     "max_jobs_per_claim": "0 means 256",
     "client_versions": "comma-separated",

@@ -145,14 +145,16 @@ def long_poll(dsn: str, key: str, wait_s: float, look: Callable[[bool], T], *,
     transaction is committed before each sleep: a waiting request holds no
     database connection. Returns the last answer and whether it slept.
     """
+    if wait_s <= 0:
+        return look(False), False  # no wait asked for: one look
     deadline = time.monotonic() + wait_s
-    listening = listener(dsn) if wait_s > 0 else None
+    listening = listener(dsn)
     waited = False
     while True:
-        seen = listening.generation(key) if listening is not None else None
+        seen = listening.generation(key)
         answer = look(waited)
         left = deadline - time.monotonic()
-        if done(answer) or left <= 0 or listening is None or seen is None:
+        if done(answer) or left <= 0:
             return answer, waited
         hint = wake_hint(answer)
         db.session.commit()

@@ -28,9 +28,7 @@ def get(attempt_id: int, worker: Worker | None) -> dict:
         "FROM uploads WHERE attempt_id = :a"), {"a": attempt_id}).mappings().first()
     if row is None or not (worker is None or worker.owns(row)):
         raise NotFound("no receipt for this attempt", details={"attempt_id": str(attempt_id)})
-    return {"job_id": row["job_id"], "attempt_id": str(row["attempt_id"]), "state": row["state"],
-            "sha256": row["sha256"], "size": row["size"], "asset_key": row["asset_key"],
-            "error": row["error"]}
+    return _receipt(row)
 
 
 def wait(attempt_id: int, worker: Worker | None, wait_s: float, listen_dsn: str) -> dict:
@@ -46,6 +44,11 @@ def wait(attempt_id: int, worker: Worker | None, wait_s: float, listen_dsn: str)
 def for_job(job_id: int) -> list[dict]:
     rows = db.session.execute(text(
         "SELECT job_id, attempt_id, state, sha256, size, asset_key, error FROM uploads "
-        "WHERE job_id = :j ORDER BY attempt_id"), {"j": job_id}).all()
-    return [{"job_id": r[0], "attempt_id": str(r[1]), "state": r[2], "sha256": r[3],
-             "size": r[4], "asset_key": r[5], "error": r[6]} for r in rows]
+        "WHERE job_id = :j ORDER BY attempt_id"), {"j": job_id}).mappings().all()
+    return [_receipt(row) for row in rows]
+
+
+def _receipt(row) -> dict:
+    return {"job_id": row["job_id"], "attempt_id": str(row["attempt_id"]), "state": row["state"],
+            "sha256": row["sha256"], "size": row["size"], "asset_key": row["asset_key"],
+            "error": row["error"]}
