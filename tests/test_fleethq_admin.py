@@ -8,7 +8,7 @@ import pytest
 from tests.helpers import Api, body, sql, values
 
 FLEETHQ = "/api/v1/fleethq/projects"
-FULL_JOB_KEYS = {"job_id", "id", "value", "type", "via", "hops", "attr", "random_key", "state",
+FULL_JOB_KEYS = {"job_id", "id", "value", "type", "via", "hops", "attr", "random_key", "site", "state",
                  "created_at", "updated_at", "not_before", "deadline_at", "current_attempt_id",
                  "worker_id", "lease_expires_at", "resets", "attempts", "last_error"}
 

@@ -346,6 +346,7 @@ DATABASE_COMMANDS = {
     "audit": [],
     "documents": ["add", "--project", "p", "{source}"],
     "reindex": [],
+    "sites": ["rekey"],
 }
 NO_DATABASE_COMMANDS = {"web-keygen"}
 

@@ -114,7 +114,8 @@ FLEETHQ_PROJECT = v.named("FleetHQProject", {
 _FLEETHQ_JOB = {
     "job_id": JOB_ID, "id": v.identifier.or_null(), "value": v.text, "type": v.one_of(*JOB_TYPES),
     "via": v.text.or_null(), "hops": COUNT.or_null(), "attr": v.any_object.or_null(),
-    "random_key": v.int_range(INT32_MIN, INT32_MAX), "state": v.one_of(*JOB_STATES),
+    "random_key": v.int_range(INT32_MIN, INT32_MAX), "site": v.text.or_null(),
+    "state": v.one_of(*JOB_STATES),
     "created_at": v.timestamp, "updated_at": v.timestamp, "not_before": v.timestamp.or_null(),
     "deadline_at": v.timestamp.or_null(), "current_attempt_id": v.text.or_null(),
     "worker_id": v.text.or_null(), "lease_expires_at": v.timestamp.or_null(), "resets": COUNT,

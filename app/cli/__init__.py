@@ -5,7 +5,7 @@ One module per command group, each adding its commands to :data:`fleet`
 documents, operations."""
 from __future__ import annotations
 
-from app.cli import accounts, documents, lanes, operations, projects, workers  # noqa: F401 (register)
+from app.cli import accounts, documents, lanes, operations, projects, sites, workers  # noqa: F401 (register)
 from app.cli.group import fleet
 
 __all__ = ["fleet", "init_app"]

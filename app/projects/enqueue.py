@@ -17,13 +17,14 @@ from app.errors import Conflict, InvalidJob
 from app.extensions import changed, db
 from app.projects import service, wakeups
 from app.projects.models import Project
+from app.sites import keys as site_keys
 from workers.wire.canonical import InvalidIdentifier, canonical_key
 from workers.wire.protocol import compact_json, value_digest
 
 _STAGE_DDL = """
 CREATE TEMP TABLE IF NOT EXISTS job_stage (
     seq int, ext_id text, value_sha256 bytea, value text, type text, via text,
-    hops int, attr jsonb, random_key int
+    hops int, attr jsonb, random_key int, site_key text
 ) ON COMMIT DELETE ROWS
 """
 
@@ -37,9 +38,9 @@ _CONFLICT_TARGET = {
 # No task deadline yet: it starts at the job's first claim (DESIGN §5), so a
 # backlog of any size waits in the queue without expiring.
 _INSERT = """
-INSERT INTO jobs (project_id, ext_id, value_sha256, value, type, via, hops, attr, random_key)
+INSERT INTO jobs (project_id, ext_id, value_sha256, value, type, via, hops, attr, random_key, site_key)
 SELECT :p, ext_id, value_sha256, value, type, via, hops, attr,
-       COALESCE(random_key, floor(random() * 4294967296 - 2147483648)::int)
+       COALESCE(random_key, floor(random() * 4294967296 - 2147483648)::int), site_key
 FROM job_stage ORDER BY seq
 {on_conflict}
 """
@@ -130,11 +131,20 @@ def _check_paper_identifiers(specs: list[dict], offset: int) -> None:
                              details={"index": index, "field": "value"}) from None
 
 
+def _site_key(spec: dict, index: int) -> str | None:
+    try:
+        return site_keys.for_value(spec["value"], spec.get("attr"))
+    except site_keys.InvalidSiteKey as exc:
+        raise InvalidJob(f"jobs[{index}]: attr.{site_keys.NAMED_ATTR}: {exc}",
+                         details={"index": index, "field": "attr"}) from None
+
+
 def insert_batch(project: Project, specs: list[dict], *, offset: int = 0,
                  document_runs: bool = False) -> EnqueueResult:
     """Insert normalized specs in the open transaction; the caller commits.
     ``document_runs``: the OCR runs app.documents makes, the only jobs a
-    documents project takes.
+    documents project takes (they reach no site). Every other job gets its
+    site key here (app.sites.keys).
 
     Raises:
         Conflict: ``identity_conflict``; the caller must roll back.
@@ -157,7 +167,7 @@ def insert_batch(project: Project, specs: list[dict], *, offset: int = 0,
     assert raw is not None  # a checked-out connection always has its driver's
     with raw.cursor() as cur:
         with cur.copy("COPY job_stage (seq, ext_id, value_sha256, value, type, via, hops, attr, "
-                      "random_key) FROM STDIN") as copy:
+                      "random_key, site_key) FROM STDIN") as copy:
             for index, spec in kept:
                 attr = spec.get("attr")
                 copy.write_row((
@@ -167,6 +177,7 @@ def insert_batch(project: Project, specs: list[dict], *, offset: int = 0,
                     spec["value"], spec["type"], spec.get("via"), spec.get("hops"),
                     compact_json(attr) if attr is not None else None,
                     spec.get("random_key"),
+                    None if document_runs else _site_key(spec, index),
                 ))
     key, on_conflict = _CONFLICT_TARGET[mode]
     inserted = changed(text(_INSERT.format(on_conflict=on_conflict)),

@@ -1,5 +1,5 @@
 """Find jobs in a project of millions: a filter (state, type, error code,
-worker, value prefix, time range) and a search term, the same filter the
+worker, site, value prefix, time range) and a search term, the same filter the
 bulk actions act on (app/projects/bulk.py).
 
 The search term ``q`` is read as:
@@ -67,19 +67,20 @@ class JobFilter:
     type: str | None = None
     error_code: str | None = None
     worker_id: str | None = None
+    site: str | None = None              # a site key (app.sites.keys), as stored
     value_prefix: str | None = None
     created_after: int | None = None     # UNIX seconds
     created_before: int | None = None
     q: str | None = None
 
-    FIELDS = ("state", "type", "error_code", "worker_id", "value_prefix", "created_after",
+    FIELDS = ("state", "type", "error_code", "worker_id", "site", "value_prefix", "created_after",
               "created_before", "q")
 
     @classmethod
     def from_args(cls, args) -> "JobFilter":
         """From a query string or form; raises InvalidRequest naming the field."""
         values: dict[str, Any] = {name: (args.get(name) or "").strip() or None for name in cls.FIELDS}
-        for name in ("error_code", "worker_id", "value_prefix", "q"):
+        for name in ("error_code", "worker_id", "site", "value_prefix", "q"):
             if values[name] is not None and len(values[name]) > Q_MAX_CHARS:
                 raise InvalidRequest(f"{name} is limited to {Q_MAX_CHARS} characters",
                                      details={"field": name})
@@ -89,6 +90,8 @@ class JobFilter:
             raise InvalidRequest(f"type must be one of {', '.join(JOB_TYPES)}", details={"field": "type"})
         for name in ("created_after", "created_before"):
             values[name] = _epoch(name, values[name])
+        if values["site"] is not None:
+            values["site"] = values["site"].lower()  # keys are stored lowercase
         found = cls(**values)
         found.where()  # a bad search term is refused now
         return found
@@ -119,6 +122,9 @@ class JobFilter:
         if self.worker_id:
             parts.append("j.worker_id = :f_worker")
             params["f_worker"] = self.worker_id
+        if self.site:
+            parts.append("j.site_key = :f_site")
+            params["f_site"] = self.site
         if self.value_prefix:
             parts.append(_prefix_sql("f_prefix", params, self.value_prefix))
         if self.created_after is not None:
@@ -187,7 +193,7 @@ def _search_sql(q: str, params: dict, state: str | None = None) -> str:
 
 _LIST = """
 SELECT j.id, j.ext_id, j.value, j.type, j.state, j.worker_id, j.worker_owner, j.last_error,
-       j.created_at, j.updated_at
+       j.site_key, j.created_at, j.updated_at
 FROM jobs j WHERE j.project_id = :project AND {where} {cursor}
 ORDER BY j.id DESC LIMIT :n
 """
@@ -210,7 +216,7 @@ ORDER BY j.id DESC OFFSET :probe LIMIT 1
 _IN_WINDOW = """
 WITH w AS MATERIALIZED (
     SELECT j.id, j.ext_id, j.value, j.type, j.state, j.worker_id, j.worker_owner, j.last_error,
-           j.created_at, j.updated_at, j.attempts_count
+           j.site_key, j.created_at, j.updated_at, j.attempts_count
     FROM jobs j WHERE j.project_id = :project AND j.state = :state AND {only} AND j.id > :low {cursor}
     ORDER BY j.id DESC LIMIT :probe
 )
@@ -250,7 +256,8 @@ def search(project_id: str, found: JobFilter, *, before_id: int | None = None,
     more = len(rows) > limit
     jobs = [{"job_id": str(r["id"]), "id": r["ext_id"], "value": r["value"], "type": r["type"],
              "state": r["state"], "worker_id": r["worker_id"], "worker_owner": r["worker_owner"],
-             "last_error": r["last_error"], "created_at": r["created_at"].timestamp(),
+             "last_error": r["last_error"], "site": r["site_key"],
+             "created_at": r["created_at"].timestamp(),
              "updated_at": r["updated_at"].timestamp()} for r in rows[:limit]]
     return {"jobs": jobs, "next_before_id": int(jobs[-1]["job_id"]) if more else None}
 

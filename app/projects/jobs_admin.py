@@ -25,7 +25,7 @@ _FINISHED = ("done", "failed", "reset_exhausted")
 # The current attempt comes along for its wire id and, once the job is done,
 # the payload its completion stored: {"outcome": …, "artifact_receipts": […]}.
 _SELECT = """
-SELECT j.id, j.ext_id, j.value, j.type, j.via, j.hops, j.attr, j.random_key, j.state,
+SELECT j.id, j.ext_id, j.value, j.type, j.via, j.hops, j.attr, j.random_key, j.site_key, j.state,
        j.created_at, j.updated_at, j.not_before, j.deadline_at, j.current_attempt_id,
        j.worker_id, j.lease_expires_at, j.resets, j.attempts_count, j.last_error,
        a.wire_id AS attempt_wire_id,
@@ -56,7 +56,8 @@ def _full_job(row) -> dict:
     return {
         "job_id": m["id"], "id": m["ext_id"], "value": m["value"], "type": m["type"],
         "via": m["via"], "hops": m["hops"], "attr": m["attr"], "random_key": m["random_key"],
-        "state": m["state"], "created_at": _ts(m["created_at"]), "updated_at": _ts(m["updated_at"]),
+        "site": m["site_key"], "state": m["state"],
+        "created_at": _ts(m["created_at"]), "updated_at": _ts(m["updated_at"]),
         "not_before": _ts(m["not_before"]), "deadline_at": _ts(m["deadline_at"]),
         "current_attempt_id": (m["attempt_wire_id"] or str(m["current_attempt_id"])
                                if m["current_attempt_id"] else None),

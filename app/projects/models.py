@@ -107,6 +107,8 @@ class Job(Model):
               postgresql_where=text("attr IS NOT NULL")),
         Index("ix_jobs_todo_tried", "project_id", "id",
               postgresql_where=text("state = 'todo' AND attempts_count > 0")),
+        Index("ix_jobs_site", "project_id", "site_key", "id",
+              postgresql_where=text("site_key IS NOT NULL")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -120,6 +122,8 @@ class Job(Model):
     hops = mapped_column(Integer)
     attr = mapped_column(JSONB)
     random_key: Mapped[int] = mapped_column(Integer, nullable=False)
+    # The publisher its fetch reaches (app.sites.keys), None when it names none.
+    site_key = mapped_column(Text)
     state: Mapped[str] = mapped_column(Text, nullable=False, server_default="todo")
     created_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
     updated_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
