@@ -53,6 +53,7 @@ def create_app(config: dict | None = None, *, check_schema: bool = True,
     from app.pages import models as _pages  # noqa: F401
     from app.projects import models as _projects  # noqa: F401
     from app.search import models as _search  # noqa: F401
+    from app.sites import models as _sites  # noqa: F401
     from app.uploads import models as _uploads  # noqa: F401
 
     from app.api import init_app as init_api

@@ -11,6 +11,7 @@ from collections import Counter
 import requests
 
 from tests.helpers import Api, sql, values
+from tests.support.jobs import run_threads
 
 ALL_ZERO = {"todo": 0, "wip": 0, "staged": 0, "done": 0, "failed": 0, "reset_exhausted": 0}
 
@@ -25,28 +26,6 @@ def real_counts(app, project: str) -> dict:
 
 def session_api(live_server, token: str) -> Api:
     return Api(requests.Session(), token, base=live_server.url)
-
-
-def run_threads(targets) -> None:
-    """Start every target, join them all, and re-raise the first failure."""
-    errors = []
-
-    def guard(fn):
-        def run():
-            try:
-                fn()
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
-        return run
-
-    threads = [threading.Thread(target=guard(fn), daemon=True) for fn in targets]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-        assert not t.is_alive(), "a worker thread hung"
-    if errors:
-        raise errors[0]
 
 
 def test_eight_workers_drain_ten_thousand_jobs_exactly_once(app, live_server, admin_token):

@@ -20,6 +20,7 @@ from app.extensions import changed, db, fetch_rows
 from app.fleet.lanes import REMOTE_ON_SQL, Lane, first_choice_free
 from app.projects import ratelimit, states, wakeups
 from app.projects.service import ProjectView
+from app.sites import gate as site_gate
 
 
 @dataclass(frozen=True)
@@ -53,12 +54,15 @@ class ClaimResult:
 
 # --------------------------------------------------------------------- claim
 
-_CLAIM_SQL = """
-WITH {fresh_cte} picked AS (
-    SELECT id, {deadline} AS deadline_at, {allowance} AS allowance FROM jobs
-    WHERE project_id = :p AND state = 'todo' AND not_before <= now()
+# Which jobs of the project this worker may take now.
+_CLAIMABLE = """project_id = :p AND state = 'todo' AND not_before <= now()
       AND (deadline_at IS NULL OR deadline_at > now()) {type_filter} {prefer_filter} {pdf_filter}
-      AND {worker_allowed} {lane_filter}
+      AND {worker_allowed} {lane_filter}"""
+
+_CLAIM_SQL = """
+WITH {fresh_cte} {site_cte} picked AS (
+    SELECT id, {deadline} AS deadline_at, {allowance} AS allowance FROM jobs
+    WHERE {claimable} {site_filter}
     ORDER BY {order}
     LIMIT :n
     FOR UPDATE SKIP LOCKED
@@ -76,8 +80,32 @@ UPDATE jobs j SET state = 'wip', current_attempt_id = att.id, worker_id = :w, wo
     deadline_at = {deadline}
 FROM att WHERE j.id = att.job_id
 RETURNING j.id, j.ext_id, j.value, j.type, j.via, j.hops, j.attr, att.id,
-          floor(extract(epoch FROM att.lease_expires_at))::bigint, j.created_at, j.random_key
+          floor(extract(epoch FROM att.lease_expires_at))::bigint, j.created_at, j.random_key,
+          j.site_key
 """
+
+# Claims a site rule or pause touches (app.sites.gate): the claimable jobs
+# of blocked sites are passed over, and of each limited site at most its
+# allowance is taken. The candidates are read without locks, a bounded
+# window in claim order; the claim then locks its pick among them (SKIP
+# LOCKED, the claimable test re-checked on each row's newest version).
+_SITE_CTE = """site_ranked AS (
+    SELECT c.id, l.rule, l.allow, row_number() OVER (PARTITION BY l.rule ORDER BY {order}) AS rn
+    FROM (SELECT id, site_key, created_at, random_key FROM jobs
+          WHERE {claimable}
+            AND (site_key IS NULL OR site_key <> ALL(CAST(:site_blocked AS text[])))
+          ORDER BY {order} LIMIT :site_scan) c
+    LEFT JOIN unnest(CAST(:site_keys AS text[]), CAST(:site_rules AS int[]), CAST(:site_allow AS int[]))
+        AS l(key, rule, allow) ON l.key = c.site_key
+), site_allowed AS (SELECT id FROM site_ranked WHERE rule IS NULL OR rn <= allow),"""
+_SITE_FILTER = "AND id IN (SELECT id FROM site_allowed)"
+
+# How many candidates a site-gated claim reads for each job it wants (and at
+# least SITE_SCAN_MIN): enough that a few sites at the queue's head, each
+# allowed one or two more starts, leave room for the others.
+SITE_SCAN_PER_JOB = 8
+SITE_SCAN_MIN = 64
+SITE_SCAN_MAX = 4096
 
 _ORDERS = {"fifo": "created_at, id", "random": "random_key, id"}
 
@@ -154,19 +182,23 @@ def _lane_filter(project: ProjectView, lane: Lane, stale_s: float) -> tuple[str,
 
 @functools.lru_cache(maxsize=128)
 def _claim_sql(order: str, accept_types: tuple[str, ...], prefer_new_worker: bool = False,
-               worker_cap: bool = False, lane_filter: str = "") -> str:
+               worker_cap: bool = False, lane_filter: str = "", site_gate: bool = False) -> str:
     type_filter = "" if set(accept_types) >= {"seed", "asset"} else "AND type = ANY(:types)"
-    return _CLAIM_SQL.format(order=_ORDERS[order], type_filter=type_filter,
+    claimable = _CLAIMABLE.format(type_filter=type_filter,
+                                  prefer_filter=_PREFER_NEW if prefer_new_worker else "",
+                                  pdf_filter=_WORKER_CAP if worker_cap else "",
+                                  worker_allowed=_WORKER_ALLOWED, lane_filter=lane_filter)
+    return _CLAIM_SQL.format(order=_ORDERS[order], claimable=claimable,
                              fresh_cte=_FRESH_WORKERS if prefer_new_worker else "",
-                             prefer_filter=_PREFER_NEW if prefer_new_worker else "",
-                             pdf_filter=_WORKER_CAP if worker_cap else "",
-                             worker_allowed=_WORKER_ALLOWED, lane_filter=lane_filter,
+                             site_cte=_SITE_CTE.format(order=_ORDERS[order], claimable=claimable)
+                             if site_gate else "",
+                             site_filter=_SITE_FILTER if site_gate else "",
                              deadline=states.first_claim_deadline(":task_timeout"),
                              allowance=states.page_allowance())
 
 
 def _wire_job(row) -> dict:
-    job_id, ext_id, value, job_type, via, hops, attr, attempt_id, lease, _, _ = row
+    job_id, ext_id, value, job_type, via, hops, attr, attempt_id, lease, _, _, _ = row
     job = {}
     if ext_id is not None:
         job["id"] = ext_id
@@ -235,6 +267,9 @@ def claim(project: ProjectView, worker: Worker, *, max_jobs: int, lease_seconds:
     queue pays nothing for lazy reaping, an idle one never keeps dead ``wip``
     jobs from a worker that asks.
 
+    Site rules and pauses (app.sites.gate) pass over the jobs of sites at
+    their limit or paused, and take at most each limited site's allowance.
+
     Raises:
         Conflict: ``project_not_active`` when the project is draining or archived.
         RateLimited: the dispatch bucket is empty while jobs are waiting.
@@ -260,17 +295,25 @@ def claim(project: ProjectView, worker: Worker, *, max_jobs: int, lease_seconds:
                                   details={"dispatch_qps": project.dispatch_qps})
             return ClaimResult([], IDLE_RETRY_MS, project.policy_version)
     lane_filter, held = _lane_filter(project, lane, stale_after_s)
+    gate = site_gate.admit(project.id) if project.site_rules else None
     sql = _claim_sql(project.claim_order, accept_types, project.prefer_new_worker,
-                     project.max_worker_attempts is not None, lane_filter)
+                     project.max_worker_attempts is not None, lane_filter, gate is not None)
     params = {"p": project.id, "w": worker.worker_id, "o": worker.owner, "n": want,
               "lease": float(lease_seconds), "attempt_timeout": project.attempt_timeout_seconds,
               "task_timeout": project.task_timeout_seconds, "max_workers": project.max_worker_attempts,
               "types": list(accept_types), "fresh_s": float(fresh_after_s),
               "prefer_wait": PREFER_NEW_WAIT_S,
               "fallback_after": float(project.fallback_after_seconds)}
-    rows = fetch_rows(sql, params)
+    if gate is not None:
+        rows = _site_gated_claim(sql, params, gate, want)
+    else:
+        rows = fetch_rows(sql, params)
     if len(rows) < want and reap_limit and not gated and reap_expired(project.id, limit=reap_limit):
-        rows += fetch_rows(sql, {**params, "n": want - len(rows)})
+        more_params = {**params, "n": want - len(rows)}
+        rows += _site_gated_claim(sql, more_params, gate, want - len(rows)) if gate is not None \
+            else fetch_rows(sql, more_params)
+    if gate is not None:
+        site_gate.spend(gate, [r[11] for r in rows])
     if tokens is not None:
         db.session.execute(text(
             "UPDATE project_dispatch SET tokens = :t, refilled_at = clock_timestamp() "
@@ -281,8 +324,27 @@ def claim(project: ProjectView, worker: Worker, *, max_jobs: int, lease_seconds:
         # As SavewebHQ: when the next token is due (0 while tokens remain).
         retry_ms = ratelimit.retry_after_ms(tokens - len(rows), project.dispatch_qps)
     key = (lambda r: (r[9], r[0])) if project.claim_order == "fifo" else (lambda r: (r[10], r[0]))
+    hints = [h for h in (FALLBACK_RECHECK_S if held else None,
+                         gate.recheck_s if gate is not None else None) if h is not None]
     return ClaimResult([_wire_job(r) for r in sorted(rows, key=key)], retry_ms,
-                       project.policy_version, FALLBACK_RECHECK_S if held else None)
+                       project.policy_version, min(hints, default=None))
+
+
+# A site-gated claim tries again at most this often when the sites it
+# filled left it short (each try blocks the sites the last one filled).
+SITE_ROUNDS = 3
+
+
+def _site_gated_claim(sql: str, params: dict, gate: site_gate.Gate, want: int) -> list:
+    rows: list = []
+    for _ in range(SITE_ROUNDS):
+        n = want - len(rows)
+        got = fetch_rows(sql, {**params, **gate.params(), "n": n,
+                               "site_scan": min(SITE_SCAN_MAX, max(SITE_SCAN_MIN, n * SITE_SCAN_PER_JOB))})
+        rows += got
+        if len(rows) >= want or not gate.take([r[11] for r in got]):
+            break
+    return rows
 
 
 _RELEASE_SQL = f"""

@@ -109,6 +109,9 @@ class Job(Model):
               postgresql_where=text("state = 'todo' AND attempts_count > 0")),
         Index("ix_jobs_site", "project_id", "site_key", "id",
               postgresql_where=text("site_key IS NOT NULL")),
+        # A site's attempts in flight (app.sites.gate counts them per claim).
+        Index("ix_jobs_live_site", "site_key", "project_id",
+              postgresql_where=text("state = 'wip' AND site_key IS NOT NULL")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)

@@ -45,11 +45,21 @@ class ProjectView:
     upload_timeout_seconds: int
     fallback_after_seconds: int
     policy_version: int
+    # Whether a site rule or pause may touch this project's claims (computed,
+    # see _COMPUTED): a claim without one skips app.sites.gate entirely.
+    site_rules: bool = False
 
 
+# Fields that are not columns of ``projects``. Both tables are a handful of
+# rows at most, so the claim pays no measurable cost for the question.
+_COMPUTED = {
+    "site_rules": "(EXISTS (SELECT 1 FROM site_limits sl WHERE sl.project_id IS NULL OR sl.project_id = p.id)"
+                  " OR EXISTS (SELECT 1 FROM site_pauses sp WHERE sp.until > now()))",
+}
 # The view's columns of projects ``p``, named project_<field> so that they
 # can share a row with other tables' columns and be read by name.
-VIEW_COLUMNS = ", ".join(f"p.{f.name} AS project_{f.name}" for f in fields(ProjectView))
+VIEW_COLUMNS = ", ".join(f"{_COMPUTED.get(f.name, 'p.' + f.name)} AS project_{f.name}"
+                         for f in fields(ProjectView))
 _VIEW_NAMES = tuple(f"project_{f.name}" for f in fields(ProjectView))
 
 

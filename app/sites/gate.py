@@ -1,0 +1,176 @@
+"""The sites' share of a claim: which site keys a claim may not take now
+(at their limit, paused) and how many jobs of each limited site it may take.
+
+A claim of a project that any site rule or pause may touch first locks the
+rules that apply to it (:func:`admit`), in id order, then counts each
+rule's attempts in flight in a statement of its own, so the count sees
+every claim that committed before the lock was granted. The claim then takes
+at most the allowance of each site, and :func:`spend` takes the starts from
+the rules' buckets before the claim commits and releases the locks. Two
+claims that may take one site's jobs therefore run one after the other, and
+a limit holds under any interleaving; claims touching no limited site do
+not wait for each other, and a project no rule or pause touches skips all
+of this (``ProjectView.site_rules``).
+
+Which rule applies to a job: a job's site is the group its key belongs to
+(``site_groups``), else its key; a rule for the claiming project replaces the
+fleet-wide rule of the same site there. A fleet-wide rule counts attempts in
+flight across every project, a project's rule that project's.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from sqlalchemy import text
+
+from app.extensions import db
+from app.projects import ratelimit
+
+# How soon a claim held back by a site asks again: a slot freed in another
+# project (a fleet-wide rule) wakes no one here.
+SLOT_RECHECK_S = 1.0
+
+_RULES = """
+SELECT l.id, l.site, l.project_id, l.max_in_flight, l.max_starts_per_s, l.tokens,
+       extract(epoch FROM clock_timestamp() - l.refilled_at)
+FROM site_limits l
+WHERE l.project_id = :p OR (l.project_id IS NULL AND NOT EXISTS (
+    SELECT 1 FROM site_limits o WHERE o.project_id = :p AND o.site = l.site))
+ORDER BY l.id
+FOR UPDATE OF l
+"""
+
+_PAUSED = "SELECT site, extract(epoch FROM until - now()) FROM site_pauses WHERE until > now()"
+
+_MEMBERS = "SELECT site, site_key FROM site_groups WHERE site = ANY(:sites)"
+
+_IN_FLIGHT = """
+SELECT r.rule, count(j.id)
+FROM unnest(CAST(:rules AS bigint[]), CAST(:keys AS text[]), CAST(:scopes AS text[])) AS r(rule, key, scope)
+JOIN jobs j ON j.site_key = r.key AND j.state = 'wip' AND (r.scope IS NULL OR j.project_id = r.scope)
+GROUP BY r.rule
+"""
+
+
+@dataclass
+class _Rule:
+    id: int
+    site: str
+    rate: float | None
+    tokens: float | None      # after refill; None without a rate
+    keys: list[str]
+    allowance: int            # jobs this claim may start
+
+
+@dataclass
+class Gate:
+    """What a claim may take of the limited and paused sites."""
+    blocked: list[str] = field(default_factory=list)      # keys: none of their jobs now
+    limited: list[_Rule] = field(default_factory=list)    # rules with room left
+    spent: list[_Rule] = field(default_factory=list)      # rules a claim round filled
+    recheck_s: float | None = None                        # when a held-back site may open
+
+    def params(self) -> dict:
+        """The claim statement's parameters (leasing._SITE_CTE)."""
+        keys, rules, allow = [], [], []
+        for index, rule in enumerate(self.limited):
+            for key in rule.keys:
+                keys.append(key)
+                rules.append(index)
+                allow.append(rule.allowance)
+        return {"site_blocked": self.blocked, "site_keys": keys, "site_rules": rules,
+                "site_allow": allow}
+
+    def take(self, site_keys: Iterable[str | None]) -> bool:
+        """Count jobs a claim round took against the allowances; a site it
+        filled is blocked for the next round. Whether any site filled."""
+        taken = _tally(site_keys)
+        filled = False
+        for rule in list(self.limited):
+            rule.allowance -= sum(taken.get(key, 0) for key in rule.keys)
+            if rule.allowance <= 0:
+                self.limited.remove(rule)
+                self.spent.append(rule)
+                self.blocked += rule.keys
+                filled = True
+        return filled
+
+    def _hint(self, seconds: float) -> None:
+        self.recheck_s = seconds if self.recheck_s is None else min(self.recheck_s, seconds)
+
+
+def _members(sites: Iterable[str]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {site: [site] for site in sites}
+    if found:
+        for site, key in db.session.execute(text(_MEMBERS), {"sites": list(found)}).all():
+            found[site].append(key)
+    return found
+
+
+def admit(project_id: str) -> Gate:
+    """Lock the rules that apply to this project's claim and say what it may
+    take. Runs in the claim's transaction; the locks hold until it commits."""
+    rows = db.session.execute(text(_RULES), {"p": project_id}).all()
+    paused = dict(db.session.execute(text(_PAUSED)).all())
+    members = _members({r[1] for r in rows} | set(paused))
+    gate = Gate()
+    for site, left_s in paused.items():
+        gate.blocked += members[site]
+        gate._hint(max(0.0, float(left_s)))
+    rules: list[tuple[_Rule, int | None, str | None]] = []
+    for rule_id, site, scope, max_in_flight, rate, tokens, elapsed in rows:
+        if site in paused:
+            continue
+        if rate is not None:
+            tokens = ratelimit.refill(tokens, float(elapsed), rate)
+        rules.append((_Rule(rule_id, site, rate, tokens, members[site], 0), max_in_flight, scope))
+    counted = [(r, m, s) for r, m, s in rules if m is not None]
+    live: dict[int, int] = {}
+    if counted:
+        flat = [(r.id, key, scope) for r, _, scope in counted for key in r.keys]
+        live = dict(db.session.execute(text(_IN_FLIGHT), {
+            "rules": [f[0] for f in flat], "keys": [f[1] for f in flat],
+            "scopes": [f[2] for f in flat]}).all())
+    for rule, max_in_flight, _ in rules:
+        room = math.inf
+        if max_in_flight is not None:
+            room = max(0, max_in_flight - live.get(rule.id, 0))
+            if room == 0:
+                gate._hint(SLOT_RECHECK_S)
+        if rule.rate is not None and rule.tokens is not None:
+            starts = ratelimit.grantable(rule.tokens, 1 << 30)
+            if starts == 0:
+                gate._hint(ratelimit.retry_after_ms(rule.tokens, rule.rate) / 1000.0)
+            room = min(room, starts)
+        if room == 0:
+            gate.blocked += rule.keys
+        else:
+            rule.allowance = int(min(room, 1 << 30))
+            gate.limited.append(rule)
+    return gate
+
+
+def _tally(site_keys: Iterable[str | None]) -> dict[str, int]:
+    taken: dict[str, int] = {}
+    for key in site_keys:
+        if key is not None:
+            taken[key] = taken.get(key, 0) + 1
+    return taken
+
+
+def spend(gate: Gate, site_keys: Iterable[str | None]) -> None:
+    """Take the claimed jobs' starts from their rules' buckets (before the
+    claim commits)."""
+    taken = _tally(site_keys)
+    updates = []
+    for rule in gate.limited + gate.spent:
+        if rule.rate is None or rule.tokens is None:
+            continue
+        started = sum(taken.get(key, 0) for key in rule.keys)
+        if started:
+            updates.append({"i": rule.id, "t": rule.tokens - started})
+    if updates:
+        db.session.execute(text(
+            "UPDATE site_limits SET tokens = :t, refilled_at = clock_timestamp() WHERE id = :i"), updates)
