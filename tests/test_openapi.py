@@ -25,7 +25,8 @@ PROBES = ("/healthz", "/readyz")  # documented beside the API
 # Path parameter values that reach the body check of every route.
 PATH_VALUES = {"project_id": "p", "job_id": "1", "user_id": "probe-user", "consumer_id": "1",
                "delivery_id": "1", "attempt_id": "1", "worker_id": "w1", "action": "approve",
-               "object_key": "x", "document_id": "1", "which": "pdf"}
+               "object_key": "x", "document_id": "1", "which": "pdf",
+               "site": "example.org"}
 
 
 def _collection_app():

@@ -4,6 +4,7 @@ limit or paused and hands out the others, in the statement that leases; a
 limit holds under concurrent claims from many workers."""
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import Counter
@@ -172,3 +173,80 @@ def test_the_limit_holds_under_concurrent_claims_from_many_workers(app, live_ser
     assert max(seen) <= limit, max(seen)
     assert max(seen) == limit           # the limit was reached: the watcher was not blind
     assert done.get("hot.example", 0) > 20 and done.get("cold.example") == 100
+
+
+# ------------------------------------------------------------------ the API
+
+def test_the_api_keeps_limits_groups_and_pauses(api, app):
+    api.put_project("crawl", identity_mode="none")
+    put = api.call("PUT", "/api/v1/fleethq/sites/Example.org/limit", {"max_in_flight": 2, "reason": "fragile"})
+    assert put.status_code == 200, body(put)
+    assert body(put) == {"site": "example.org", "project_id": None, "max_in_flight": 2, "max_starts_per_s": None}
+    put = api.call("PUT", "/api/v1/fleethq/projects/crawl/sites/example.org/limit", {"max_starts_per_s": 0.5})
+    assert body(put)["project_id"] == "crawl"
+    listed = body(api.call("GET", "/api/v1/fleethq/sites"))
+    assert [(r["site"], r["project_id"], r["in_flight"]) for r in listed["limits"]] == [
+        ("example.org", None, 0), ("example.org", "crawl", 0)]
+    assert api.call("DELETE", "/api/v1/fleethq/projects/crawl/sites/example.org/limit").status_code == 204
+    assert api.call("DELETE", "/api/v1/fleethq/projects/crawl/sites/example.org/limit").status_code == 404
+    grouped = api.call("PUT", "/api/v1/fleethq/sites/elsevier/group", {"keys": ["10.1016", "sciencedirect.com"]})
+    assert body(grouped) == {"site": "elsevier", "keys": ["10.1016", "sciencedirect.com"]}
+    member = api.call("PUT", "/api/v1/fleethq/sites/10.1016/limit", {"max_in_flight": 1})
+    assert member.status_code == 409 and body(member)["error"]["code"] == "site_in_group"
+    paused = api.call("PUT", "/api/v1/fleethq/sites/elsevier/pause", {"seconds": 120, "reason": "429 storm"})
+    assert paused.status_code == 200 and body(paused)["reason"] == "429 storm"
+    assert body(api.call("GET", "/api/v1/fleethq/sites"))["pauses"][0]["site"] == "elsevier"
+    assert api.call("DELETE", "/api/v1/fleethq/sites/elsevier/pause").status_code == 204
+    assert api.call("DELETE", "/api/v1/fleethq/sites/elsevier/pause").status_code == 404
+    audited = [a for (a,) in sql(app, "SELECT action FROM audit_log WHERE object_kind = 'site' ORDER BY id")]
+    assert audited == ["sites.limit", "sites.limit", "sites.unlimit", "sites.group", "sites.pause",
+                       "sites.resume"]
+
+
+@pytest.mark.parametrize("path, payload, field", [
+    ("/api/v1/fleethq/sites/example.org/limit", {"max_in_flight": -1}, "max_in_flight"),
+    ("/api/v1/fleethq/sites/example.org/limit", {"max_starts_per_s": 0}, "max_starts_per_s"),
+    ("/api/v1/fleethq/sites/example.org/limit", {}, "max_in_flight"),
+    ("/api/v1/fleethq/sites/example.org/limit", {"max_in_flight": 1, "extra": 1}, "extra"),
+    ("/api/v1/fleethq/sites/a%20b/limit", {"max_in_flight": 1}, "site"),
+    ("/api/v1/fleethq/sites/example.org/pause", {"seconds": 0, "reason": "x"}, "seconds"),
+    ("/api/v1/fleethq/sites/example.org/pause", {"seconds": 60}, "reason"),
+    ("/api/v1/fleethq/sites/g/group", {"keys": ["ok.example", "not a key"]}, "keys"),
+])
+def test_the_api_refuses_bad_rules_in_the_envelope(api, app, path, payload, field):
+    answer = api.call("PUT", path, payload)
+    assert answer.status_code == 400, body(answer)
+    error = body(answer)["error"]
+    assert error["code"] == "invalid_request" and field in (error["details"].get("field") or "") + error["message"]
+    assert sql(app, "SELECT count(*) FROM site_limits")[0][0] == 0
+
+
+def test_the_api_is_for_admins(make_user, client):
+    worker_api = Api(client, make_user("volunteer", ["worker"]))
+    answer = worker_api.call("PUT", "/api/v1/fleethq/sites/example.org/limit", {"max_in_flight": 1})
+    assert answer.status_code == 403
+
+
+# ----------------------------------------------------------------- the page
+
+def test_the_sites_page_limits_pauses_and_groups(pages, api, app):
+    api.put_project("crawl", identity_mode="none")
+    message, page = pages.act("/admin/sites/limit", {"site": "example.org", "project_id": "",
+                                                     "max_in_flight": "2", "max_starts_per_s": ""})
+    assert message == "example.org is limited."
+    assert re.search(r'<tr id="site-example.org"><td>example.org</td><td>every project</td>\s*'
+                     r'<td class="num">0</td><td class="num">2</td>', page)
+    message, page = pages.act("/admin/sites/pause", {"site": "example.org", "minutes": "30",
+                                                     "reason": "asked us to slow down"})
+    assert "paused for every worker" in message and "asked us to slow down" in page
+    message, page = pages.act("/admin/sites/resume", {"site": "example.org"})
+    assert "No site is paused" in page
+    message, page = pages.act("/admin/sites/group", {"site": "elsevier", "keys": "10.1016, sciencedirect.com"})
+    assert message == "elsevier now groups 2 keys." and "10.1016, sciencedirect.com" in page
+    message, _ = pages.act("/admin/sites/limit", {"site": "example.org", "max_in_flight": "lots"},
+                           expect="error")
+    assert "max_in_flight must be a number" in message
+    message, _ = pages.act("/admin/sites/unlimit", {"site": "example.org"})
+    assert message == "The limit on example.org is removed."
+    zh = pages.text("/zh/admin/sites")
+    assert "站点" in zh and "暂停" in zh

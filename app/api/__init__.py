@@ -35,7 +35,7 @@ def _database_unreachable(exc: Exception) -> bool:
 
 def init_app(app) -> None:
     from app.api import (admin, admin_users, documents, fleet, fleethq_admin, hooks,  # noqa: F401
-                         jobs, openapi, search)  # (routes register on bp)
+                         jobs, openapi, search, sites)  # (routes register on bp)
     app.register_blueprint(bp)
 
     @app.errorhandler(FleetError)

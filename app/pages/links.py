@@ -25,6 +25,7 @@ ADMIN_SECTIONS = (
     ("admin.dashboard", lazy_gettext("Dashboard"), ("",)),
     ("admin.projects", lazy_gettext("Projects"), ("projects", "jobs")),
     ("admin.workers", lazy_gettext("Workers"), ("workers",)),
+    ("admin.sites", lazy_gettext("Sites"), ("sites",)),
     ("admin.users", lazy_gettext("Users"), ("users",)),
     ("admin.hooks", lazy_gettext("Hooks"), ("hooks",)),
     ("admin.search", lazy_gettext("Search"), ("search",)),

@@ -5,7 +5,7 @@ package registers every view on :data:`bp`."""
 from __future__ import annotations
 
 from app.pages.admin import (audit, bulk, dashboard, documents, enqueue, hooks, jobs,  # noqa: F401
-                             projects, search, users, workers)
+                             projects, search, sites, users, workers)
 from app.pages.admin.base import bp
 
 __all__ = ["bp"]
