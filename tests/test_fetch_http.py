@@ -239,3 +239,18 @@ def test_concurrent_fetches(pub, cfg, tmp_path):
     for t in threads:
         t.join()
     assert all(results[p.number].sha256 == p.sha256 for p in papers)
+
+
+@pytest.mark.parametrize("path, status, retry_after", [
+    ("/throttled/1?after=90", 429, 90.0),       # Too Many Requests with Retry-After
+    ("/throttled/1?after=", 429, None),         # without one
+    ("/busy/1", 503, None),                     # Service Unavailable, no bot check
+])
+def test_a_site_that_rate_limits_us_is_throttled_and_names_its_wait(pub, cfg, tmp_path, path, status,
+                                                                     retry_after):
+    """The site pushing back (workers.wire.failures): the master pauses it for
+    the whole fleet at least Retry-After; the browser lane is not tried (it
+    would only press the site harder)."""
+    result = fetch(pub, cfg, path, tmp_path)
+    assert_failed(result, "throttled", tmp_path, http_status=status, retry_after_s=retry_after)
+    assert "browser" not in result.details

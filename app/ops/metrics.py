@@ -21,6 +21,7 @@ from app.extensions import db
 from app.hooks import deliveries
 from app.ops import retention, retention_stats
 from app.projects import counters
+from app.sites import service as sites
 from app.uploads import spool
 
 REQUEST_LATENCY = Histogram(
@@ -61,7 +62,28 @@ def render_queue_metrics() -> str:
         lines.append(f'fleethq_queue_depth{{project="{_label(project_id)}"}} {by_state["todo"]}')
     lines += _hook_metrics(project_ids)
     lines += _spool_metrics()
+    lines += _site_metrics()
     return "\n".join(lines) + "\n"
+
+
+def _site_metrics() -> list[str]:
+    """Paused sites and each site limit's attempts in flight (app.sites)."""
+    found = sites.overview()
+    lines = ["# HELP fleethq_site_paused_seconds Seconds until a paused site's jobs may start again",
+             "# TYPE fleethq_site_paused_seconds gauge"]
+    now = time.time()
+    lines += [f'fleethq_site_paused_seconds{{site="{_label(p["site"])}"}} {max(0.0, p["until"] - now):.0f}'
+              for p in found["pauses"]]
+    labelled = [(f'site="{_label(r["site"])}",project="{_label(r["project_id"] or "")}"', r)
+                for r in found["limits"]]
+    lines += ["# HELP fleethq_site_in_flight Attempts in flight of a limited site (per rule)",
+              "# TYPE fleethq_site_in_flight gauge"]
+    lines += [f"fleethq_site_in_flight{{{labels}}} {rule['in_flight']}" for labels, rule in labelled]
+    lines += ["# HELP fleethq_site_max_in_flight A site rule's limit of attempts in flight",
+              "# TYPE fleethq_site_max_in_flight gauge"]
+    lines += [f"fleethq_site_max_in_flight{{{labels}}} {rule['max_in_flight']}"
+              for labels, rule in labelled if rule["max_in_flight"] is not None]
+    return lines
 
 
 def _spool_metrics() -> list[str]:

@@ -153,6 +153,15 @@ class Site:
     def r_captcha(self, request, n):
         return page(CHALLENGE_TEXT, 403, "Attention Required")
 
+    def r_throttled(self, request, n):                  # 429, Retry-After: `after` (empty: none)
+        response = page("<h1>Too many requests</h1>", 429, "Too Many Requests")
+        if request.args.get("after", "120"):
+            response.headers["Retry-After"] = request.args.get("after", "120")
+        return response
+
+    def r_busy(self, request, n):                       # 503 without a bot check
+        return page("<h1>Service unavailable</h1><p>Try again later.</p>", 503, "Service Unavailable")
+
     def r_missing(self, request, n):
         return page("<h1>Not found</h1>", 404)
 

@@ -15,6 +15,7 @@ import time
 from typing import NamedTuple
 from urllib.parse import quote
 
+from workers.sdk._retry import retry_after_s
 from workers.wire.canonical import InvalidIdentifier, classify
 
 from . import browser, store
@@ -22,7 +23,7 @@ from .classify import classify_page
 from .landing import MAX_HTML_BYTES, decode_html, pdf_links
 from .safe_http import SafeClient
 from .types import (CHALLENGE, DISK, FetchFailure, FetchResult, INTERNAL, INVALID_IDENTIFIER,
-                    INVALID_PDF, NETWORK, NOT_FOUND, PAYWALL, TIMEOUT)
+                    INVALID_PDF, NETWORK, NOT_FOUND, PAYWALL, THROTTLED, TIMEOUT)
 
 log = logging.getLogger("workers.fetch")
 
@@ -151,7 +152,8 @@ def _pdf_or_page(client, url, dest_dir, cfg, deadline) -> _Got:
     _refuse_non_pages(kind, response)
     html = decode_html(body, response.headers)
     if response.status >= 400:
-        raise classify_page(response.status, html, response.url)
+        raise classify_page(response.status, html, response.url,
+                            retry_after_s(None, response.headers.get("Retry-After")))
     return _Got(response, html=html)
 
 
@@ -209,6 +211,7 @@ def _raise_best(failures: list[FetchFailure], page: FetchFailure):
     def first(pred):
         return next((f for f in failures if pred(f)), None)
     chosen = (first(lambda f: f.details.get("blocked"))
+              or first(lambda f: f.code == THROTTLED)      # the site pushed back: say so
               or first(lambda f: f.code == INVALID_PDF)
               or first(lambda f: f.code in SOFT)
               or (page if page.code in SOFT else None)

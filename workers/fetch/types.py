@@ -4,11 +4,14 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-# Failure codes. The first six are the ladder's classification; the last
+from workers.wire.failures import CHALLENGE, THROTTLED  # noqa: F401 (the ladder's codes too)
+
+# Failure codes. The first seven are the ladder's classification (challenge
+# and throttled are the site pushing back: workers.wire.failures); the last
 # three are the DESIGN §6 codes for problems that are not the document's
 # (bad job value, local disk, a bug or a broken PDF checker).
-PAYWALL, CHALLENGE, NOT_FOUND, INVALID_PDF, TIMEOUT, NETWORK = (
-    "paywall", "challenge", "not_found", "invalid_pdf", "timeout", "network")
+PAYWALL, NOT_FOUND, INVALID_PDF, TIMEOUT, NETWORK = (
+    "paywall", "not_found", "invalid_pdf", "timeout", "network")
 INVALID_IDENTIFIER, DISK, INTERNAL = "invalid_identifier", "disk", "internal"
 
 STRATEGIES = ("direct", "landing", "browser")

@@ -23,14 +23,15 @@ log = logging.getLogger("fleethq.worker")
 
 # Which failures another try may fix (sent as ``retryable`` in jobs/fail).
 # - network, timeout: transient by nature.
-# - challenge: bot checks come and go, and prefer_new_worker may route the
-#   retry to a worker on another network.
+# - challenge, throttled: the site pushing back; the master pauses the site
+#   for the whole fleet and puts the job back without a reset
+#   (workers.wire.failures).
 # - paywall: access depends on the network the worker sits in (campus ranges,
 #   institutional proxies); another worker may have it. With a lone worker the
 #   job retries on it until max_resets, then ends reset_exhausted.
 # - not_found, invalid_pdf, invalid_identifier: the same answer from anywhere.
 # - disk, internal: this worker's problem, not the job's.
-RETRYABLE = {"network": True, "timeout": True, "challenge": True, "paywall": True,
+RETRYABLE = {"network": True, "timeout": True, "challenge": True, "throttled": True, "paywall": True,
              "not_found": False, "invalid_pdf": False, "invalid_identifier": False,
              "disk": True, "internal": True}
 
