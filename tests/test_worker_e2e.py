@@ -52,12 +52,13 @@ def test_pending_worker_waits_then_archives_every_paper_and_deletes_its_files(fl
 
 
 def test_failures_are_reported_with_their_codes(fleet, publisher):
+    """(A site pushing back, challenge or throttled, pauses the site and keeps
+    the job: tests/test_site_politeness_e2e.py.)"""
     url = publisher.url
     cases = {f"{url}/missing/1": ("failed", "not_found"),
              f"{url}/fakepdf/2": ("failed", "invalid_pdf"),
              f"{url}/truncated/3": ("failed", "invalid_pdf"),
              f"{url}/paywall403/4": ("reset_exhausted", "paywall"),   # retryable: another network may pass
-             f"{url}/challenge/5": ("reset_exhausted", "challenge"),
              "https://10.0.0.1/paper.pdf": ("reset_exhausted", "network")}   # refused address
     project = fleet.project(max_resets=0)
     fleet.enqueue(project, list(cases))

@@ -20,6 +20,7 @@ import ipaddress
 import ssl
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,7 +153,8 @@ class Publisher:
                               "path": request.full_path.rstrip("?"), "host": request.host,
                               "user_agent": request.user_agent.string,
                               "cookie": request.headers.get("Cookie"),
-                              "authorization": request.headers.get("Authorization")})
+                              "authorization": request.headers.get("Authorization"),
+                              "at": time.time()})
 
     def paper_path(self, n: int) -> Path:
         path = self.dir / f"paper-{n}.pdf"

@@ -23,6 +23,7 @@ import time
 from workers.runner.journal import Journal
 from workers.runner.master import RETRY, Master, MasterError, Refused, seg
 from workers.runner.volume import Volume
+from workers.wire.failures import SITE_PUSHBACK
 
 log = logging.getLogger("fleethq.worker")
 
@@ -298,8 +299,9 @@ class Delivery:
                  entry["job_id"], code, item["retryable"], outcome)
 
 
-FAIL_CODES = ("network", "timeout", "not_found", "paywall", "challenge", "invalid_pdf", "disk",
-              "internal", "invalid_identifier", "cancelled")
+# What the worker reports as it is; anything else (a bug's code) as internal.
+FAIL_CODES = ("network", "timeout", "not_found", "paywall", "invalid_pdf", "disk",
+              "internal", "invalid_identifier", "cancelled", *sorted(SITE_PUSHBACK))
 
 
 def _span(seconds: float) -> str:
