@@ -20,7 +20,7 @@ from app.projects.leasing import Worker
 from app.projects.models import savewebhq_state
 from app.projects.service import ProjectView
 from app.sites import pushback
-from workers.wire.failures import SITE_PUSHBACK
+from workers.wire.failures import NOT_THE_JOBS_FAULT, SITE_PUSHBACK
 
 
 def _stale(message: str) -> dict:
@@ -78,27 +78,27 @@ _FAIL_SQL = f"""
 WITH i AS (
     SELECT t.*, {_ATTEMPT_OF} AS attempt_id
     FROM ROWS FROM (unnest(CAST(:job_ids AS bigint[])), unnest(CAST(:attempt_ids AS text[])),
-                    unnest(CAST(:retryable AS boolean[])), unnest(CAST(:pushback AS boolean[])),
+                    unnest(CAST(:retryable AS boolean[])), unnest(CAST(:no_charge AS boolean[])),
                     jsonb_array_elements(CAST(:payloads AS jsonb)))
-        AS t(job_id, attempt_ref, retryable, pushback, payload)
+        AS t(job_id, attempt_ref, retryable, no_charge, payload)
 ), upd AS (
-    -- A site that pushed back (workers.wire.failures) is not the job's
-    -- fault: the job waits in the queue, its resets untouched, while the
-    -- claim passes over its paused site.
+    -- A site that pushed back, or a worker that found itself the problem
+    -- (workers.wire.failures), is not the job's fault: the job waits in the
+    -- queue, its resets untouched (a pushed-back site's claims are paused).
     UPDATE jobs j SET
-        state = CASE WHEN i.pushback THEN 'todo' WHEN NOT i.retryable THEN 'failed'
+        state = CASE WHEN i.no_charge THEN 'todo' WHEN NOT i.retryable THEN 'failed'
                      ELSE {states.retry_state(':max_resets')} END,
-        resets = j.resets + CASE WHEN i.retryable AND NOT i.pushback THEN 1 ELSE 0 END,
-        not_before = CASE WHEN i.pushback THEN now() WHEN i.retryable
+        resets = j.resets + CASE WHEN i.retryable AND NOT i.no_charge THEN 1 ELSE 0 END,
+        not_before = CASE WHEN i.no_charge THEN now() WHEN i.retryable
             THEN now() + {states.backoff(':backoff', 'j.resets')} ELSE j.not_before END,
         lease_expires_at = NULL, last_error = i.payload -> 'error', updated_at = now()
     FROM i WHERE {_GUARD}
-    RETURNING j.id, i.attempt_id, i.attempt_ref, i.payload, j.state, j.site_key, i.pushback
+    RETURNING j.id, i.attempt_id, i.attempt_ref, i.payload, j.state, j.site_key
 ), att AS (
     UPDATE attempts a SET state = 'failed', finished_at = now(), error = upd.payload
     FROM upd WHERE a.id = upd.attempt_id
 )
-SELECT id, attempt_ref, state, site_key, pushback, payload FROM upd
+SELECT id, attempt_ref, state, site_key, payload FROM upd
 """
 
 _EXTEND_SQL = f"""
@@ -219,29 +219,30 @@ def complete(project: ProjectView, worker: Worker, items: list[dict]) -> list[di
     return _run_outcome(project, worker, items, _COMPLETE_SQL, params, "done", payloads)
 
 
-def _pushed_back(item: dict) -> bool:
-    error = item.get("error")
-    return isinstance(error, dict) and error.get("code") in SITE_PUSHBACK
+def _code(item_or_payload: dict) -> str | None:
+    error = item_or_payload.get("error")
+    return error.get("code") if isinstance(error, dict) else None
 
 
 def fail(project: ProjectView, worker: Worker, items: list[dict]) -> list[dict]:
     """Report failed attempts; retryable ones go back to the queue. A site
-    that pushed back (workers.wire.failures) is paused for every worker and
-    its job goes back without a reset (app.sites.pushback). Commits."""
+    that pushed back (workers.wire.failures) is paused for every worker
+    (app.sites.pushback); its job, like one whose worker found itself the
+    problem, goes back without a reset. Commits."""
     unique = _dedupe(items)
     payloads = {(it["job_id"], it["attempt_id"]): {"retryable": it["retryable"], "error": it["error"]}
                 for it in unique}
     job_ids, attempt_ids = _parse_ids(unique)
     params = {"job_ids": job_ids, "attempt_ids": attempt_ids,
               "retryable": [it["retryable"] for it in unique],
-              "pushback": [_pushed_back(it) for it in unique],
+              "no_charge": [_code(it) in NOT_THE_JOBS_FAULT for it in unique],
               "payloads": _json_array(payloads, unique),
               "max_resets": project.max_resets, "backoff": float(project.retry_backoff_seconds)}
 
     def pause_sites(rows) -> None:
         for row in rows:
-            if row[4] and row[3] is not None:
-                pushback.report(row[3], row[5]["error"], worker.worker_id)
+            if row[3] is not None and _code(row[4]) in SITE_PUSHBACK:
+                pushback.report(row[3], row[4]["error"], worker.worker_id)
     return _run_outcome(project, worker, items, _FAIL_SQL, params, "failed", payloads, pause_sites)
 
 

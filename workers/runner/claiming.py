@@ -44,6 +44,9 @@ class Claimer:
             return f"node is {r.status}"
         if r.broken:
             return f"this worker cannot do its task: {r.broken}"
+        backing_off = r.fitness.paused()
+        if backing_off:
+            return backing_off
         if not r.heartbeat_fresh():
             return "no recent heartbeat answer"
         if len(r.in_browser) >= s.concurrency:
@@ -88,7 +91,7 @@ class Claimer:
                 r.stop.wait(ROUND_IDLE_S)
 
     def _free(self) -> int:
-        return self.r.settings.concurrency - self.r.http_stage()
+        return self.r.fitness.slots(self.r.settings.concurrency) - self.r.http_stage()
 
     def _due_projects(self) -> list[str]:
         projects = self.r.settings.projects

@@ -23,7 +23,8 @@ import time
 from workers.runner.journal import Journal
 from workers.runner.master import RETRY, Master, MasterError, Refused, seg
 from workers.runner.volume import Volume
-from workers.wire.failures import SITE_PUSHBACK
+from workers.runner.fitness import HOLD_S
+from workers.wire.failures import NOT_THE_JOBS_FAULT
 
 log = logging.getLogger("fleethq.worker")
 
@@ -65,6 +66,8 @@ class Delivery:
                 aid = entry["attempt_id"]
                 if entry["state"] in ("failed", "skipped") and entry.get("reported", True):
                     continue
+                if entry.get("hold_since") and time.time() - entry["hold_since"] < HOLD_S:
+                    continue    # a failure that may be this worker's own: fitness.py decides
                 if aid in self._busy or self._not_before.get(aid, 0) > now:
                     continue
                 self._busy.add(aid)
@@ -301,7 +304,7 @@ class Delivery:
 
 # What the worker reports as it is; anything else (a bug's code) as internal.
 FAIL_CODES = ("network", "timeout", "not_found", "paywall", "invalid_pdf", "disk",
-              "internal", "invalid_identifier", "cancelled", *sorted(SITE_PUSHBACK))
+              "internal", "invalid_identifier", "cancelled", *sorted(NOT_THE_JOBS_FAULT))
 
 
 def _span(seconds: float) -> str:

@@ -16,7 +16,9 @@ import threading
 import time
 
 from workers.wire import pdfcheck
+from workers.runner.fitness import Fitness
 from workers.runner.journal import Journal
+from workers.wire.failures import WORKER_UNFIT
 from workers.runner.volume import Volume, fsync_dir
 
 log = logging.getLogger("fleethq.worker")
@@ -58,8 +60,10 @@ class Fetcher:
     each costs ~300 MB, so browsers are not multiplied by the concurrency."""
 
     def __init__(self, volume: Volume, journal: Journal, configs, *, max_bytes: int,
-                 on_error=lambda text: None, on_browser=lambda ok: None):
+                 on_error=lambda text: None, on_browser=lambda ok: None,
+                 fitness: Fitness | None = None):
         self.volume, self.journal = volume, journal
+        self.fitness = fitness or Fitness()
         self.http_cfg, self.browser_cfg = configs
         self.max_bytes = max_bytes
         self.on_error = on_error
@@ -131,16 +135,36 @@ class Fetcher:
                             size=info.size, source_url=(result.source_url or "")[:4096],
                             strategy=result.strategy, ready_at=time.time(),
                             result=_small(result.details))
+        for held in self.fitness.succeeded():    # those failures were the sites': report them
+            self.journal.update(held, hold_since=None)
         return f"ready: {info.size} bytes via {result.strategy}"
 
     def _failed(self, entry: dict, code: str, message: str, details: dict, *,
                 strategy: str | None = None) -> str:
         retryable = RETRYABLE.get(code, True)
-        self.journal.update(entry["attempt_id"], state="failed", reported=False, error={
+        aid = entry["attempt_id"]
+        hold, convicted = self.fitness.failed(aid, code, details or {})
+        self.journal.update(aid, state="failed", reported=False, error={
             "code": code, "message": (message or code)[:2048], "retryable": retryable,
-            "details": _small({**(details or {}), **({"strategy": strategy} if strategy else {})})})
-        self.on_error(f"attempt {entry['attempt_id']}: {code}: {message}"[:2048])
-        return f"failed: {code}: {message}"
+            "details": _small({**(details or {}), **({"strategy": strategy} if strategy else {})})},
+            hold_since=time.time() if hold else None)
+        for held in convicted:
+            self._not_the_jobs_fault(held)
+        self.on_error(f"attempt {aid}: {code}: {message}"[:2048])
+        return f"failed: {code}: {message}" + (" (held: this worker may be the problem)" if hold else "")
+
+    def _not_the_jobs_fault(self, aid: str) -> None:
+        """A held failure the worker turned out to cause: report it as
+        ``worker_unfit`` (the master charges the job no reset)."""
+        entry = self.journal.get(aid)
+        if entry is None or entry.get("state") != "failed" or entry.get("reported", True):
+            return
+        error = entry.get("error") or {}
+        self.journal.update(aid, hold_since=None, error={
+            "code": WORKER_UNFIT, "retryable": True,
+            "message": f"this worker stopped claiming: {self.fitness.reason} (the job did nothing wrong; "
+                       f"it saw {error.get('code')}: {error.get('message')})"[:2048],
+            "details": {**(error.get("details") or {}), "observed": error.get("code")}})
 
 
 def _small(details: dict, limit: int = 4096) -> dict:

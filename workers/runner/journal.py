@@ -40,7 +40,9 @@ _REQUIRED = {"attempt_id": str, "job_id": str, "project": str, "value": str, "st
 _OPTIONAL = {"file": str, "sha256": str, "size": int, "source_url": str, "strategy": str,
              "ready_at": (int, float), "error": dict, "reported": bool, "result": dict, "asset_key": str,
              # ocr task: the extracted text sent before the PDF, and a skip's outcome
-             "text_file": str, "text_sha256": str, "text_size": int, "outcome": dict}
+             "text_file": str, "text_sha256": str, "text_size": int, "outcome": dict,
+             # a failure whose report waits for fitness.py's verdict (UNIX seconds)
+             "hold_since": (int, float)}
 
 
 def _check_entry(key: str, entry) -> None:

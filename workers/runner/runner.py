@@ -22,6 +22,7 @@ import time
 from workers.runner.claiming import Claimer
 from workers.runner.delivery import Delivery
 from workers.runner.fetching import NEEDS_BROWSER, Fetcher, fetch_configs
+from workers.runner.fitness import Fitness
 from workers.runner.journal import Journal
 from workers.runner.master import RETRY, Master, MasterError, Refused
 from workers.runner.volume import Volume
@@ -75,13 +76,17 @@ class Runner:
         self.says_projects = True
         # Set by sign_off: the last heartbeat offers no slot.
         self.signed_off = False
+        # Whether this worker is itself the problem (its network, its disk):
+        # it then backs off and offers no slot (fitness.py).
+        self.fitness = Fitness()
         configs = fetch_configs(settings, settings.client_version)
         self._fetch_cfg = configs[1] or configs[0]
         if settings.task == "ocr":
             self.fetcher = _ocr_task(settings, volume, journal, master, self)
         else:
             self.fetcher = Fetcher(volume, journal, configs, max_bytes=settings.max_pdf_bytes,
-                                   on_error=self.note_error, on_browser=self._browser_seen)
+                                   on_error=self.note_error, on_browser=self._browser_seen,
+                                   fitness=self.fitness)
         self._probed = threading.Event()          # the first browser probe has answered
         self._browser_used = False                # the browser pass has run at least once
         self.delivery = Delivery(volume, journal, master, worker_id=worker_id,
@@ -103,6 +108,9 @@ class Runner:
     def last_error(self) -> str | None:
         if self.broken:
             return f"broken: {self.broken}"[:2048]
+        backing_off = self.fitness.paused()
+        if backing_off:
+            return backing_off[:2048]
         if self._last_error and time.monotonic() - self._last_error[0] < LAST_ERROR_TTL_S:
             return self._last_error[1]
         return None
@@ -169,7 +177,8 @@ class Runner:
             fetching = list(self.active)
         holding = [e["attempt_id"] for e in self.journal.entries("ready", "uploaded")]
         running = (fetching + [a for a in holding if a not in fetching])[:MAX_RUNNING_IDS]
-        body = {"capacity": 0 if self.broken or self.signed_off else self.settings.concurrency,
+        unfit = self.fitness.paused() is not None
+        body = {"capacity": 0 if self.broken or self.signed_off or unfit else self.settings.concurrency,
                 "browser_ok": self.browser_ok(),
                 "disk_free_bytes": self.volume.disk_free(), "spool_bytes": self.spool_bytes(),
                 "last_error": self.last_error(), "running_attempt_ids": running}
