@@ -180,14 +180,39 @@ def _lane_filter(project: ProjectView, lane: Lane, stale_s: float) -> tuple[str,
     return " ".join(parts), held
 
 
+# The site keys of the claim's next jobs, in claim order, first appearance
+# first (app.sites.gate decides which of their rules the claim holds).
+_SITE_SCAN = """
+SELECT site_key FROM (
+    SELECT site_key, row_number() OVER (ORDER BY {order}) AS place FROM (
+        SELECT id, site_key, created_at, random_key FROM jobs
+        WHERE {claimable} AND site_key IS NOT NULL
+          AND site_key <> ALL(CAST(:site_blocked AS text[]))
+        ORDER BY {order} LIMIT :site_scan) c
+) w GROUP BY site_key ORDER BY min(place)
+"""
+
+
+@functools.lru_cache(maxsize=128)
+def _site_scan_sql(order: str, accept_types: tuple[str, ...], prefer_new_worker: bool = False,
+                   worker_cap: bool = False, lane_filter: str = "") -> str:
+    return _SITE_SCAN.format(order=_ORDERS[order],
+                             claimable=_claimable(accept_types, prefer_new_worker, worker_cap, lane_filter))
+
+
+def _claimable(accept_types: tuple[str, ...], prefer_new_worker: bool, worker_cap: bool,
+               lane_filter: str) -> str:
+    type_filter = "" if set(accept_types) >= {"seed", "asset"} else "AND type = ANY(:types)"
+    return _CLAIMABLE.format(type_filter=type_filter,
+                             prefer_filter=_PREFER_NEW if prefer_new_worker else "",
+                             pdf_filter=_WORKER_CAP if worker_cap else "",
+                             worker_allowed=_WORKER_ALLOWED, lane_filter=lane_filter)
+
+
 @functools.lru_cache(maxsize=128)
 def _claim_sql(order: str, accept_types: tuple[str, ...], prefer_new_worker: bool = False,
                worker_cap: bool = False, lane_filter: str = "", site_gate: bool = False) -> str:
-    type_filter = "" if set(accept_types) >= {"seed", "asset"} else "AND type = ANY(:types)"
-    claimable = _CLAIMABLE.format(type_filter=type_filter,
-                                  prefer_filter=_PREFER_NEW if prefer_new_worker else "",
-                                  pdf_filter=_WORKER_CAP if worker_cap else "",
-                                  worker_allowed=_WORKER_ALLOWED, lane_filter=lane_filter)
+    claimable = _claimable(accept_types, prefer_new_worker, worker_cap, lane_filter)
     return _CLAIM_SQL.format(order=_ORDERS[order], claimable=claimable,
                              fresh_cte=_FRESH_WORKERS if prefer_new_worker else "",
                              site_cte=_SITE_CTE.format(order=_ORDERS[order], claimable=claimable)
@@ -295,15 +320,22 @@ def claim(project: ProjectView, worker: Worker, *, max_jobs: int, lease_seconds:
                                   details={"dispatch_qps": project.dispatch_qps})
             return ClaimResult([], IDLE_RETRY_MS, project.policy_version)
     lane_filter, held = _lane_filter(project, lane, stale_after_s)
-    gate = site_gate.admit(project.id) if project.site_rules else None
-    sql = _claim_sql(project.claim_order, accept_types, project.prefer_new_worker,
-                     project.max_worker_attempts is not None, lane_filter, gate is not None)
+    shape = (project.claim_order, accept_types, project.prefer_new_worker,
+             project.max_worker_attempts is not None, lane_filter)
     params = {"p": project.id, "w": worker.worker_id, "o": worker.owner, "n": want,
               "lease": float(lease_seconds), "attempt_timeout": project.attempt_timeout_seconds,
               "task_timeout": project.task_timeout_seconds, "max_workers": project.max_worker_attempts,
               "types": list(accept_types), "fresh_s": float(fresh_after_s),
               "prefer_wait": PREFER_NEW_WAIT_S,
               "fallback_after": float(project.fallback_after_seconds)}
+    gate = None
+    if project.site_rules:
+        def scan(excluded: list[str]) -> list[str]:
+            found = fetch_rows(_site_scan_sql(*shape), {**params, "site_blocked": excluded,
+                                                        "site_scan": _site_scan(want)})
+            return [r[0] for r in found]
+        gate = site_gate.admit(project.id, want, scan)
+    sql = _claim_sql(*shape, gate is not None)
     if gate is not None:
         rows = _site_gated_claim(sql, params, gate, want)
     else:
@@ -335,12 +367,15 @@ def claim(project: ProjectView, worker: Worker, *, max_jobs: int, lease_seconds:
 SITE_ROUNDS = 3
 
 
+def _site_scan(n: int) -> int:
+    return min(SITE_SCAN_MAX, max(SITE_SCAN_MIN, n * SITE_SCAN_PER_JOB))
+
+
 def _site_gated_claim(sql: str, params: dict, gate: site_gate.Gate, want: int) -> list:
     rows: list = []
     for _ in range(SITE_ROUNDS):
         n = want - len(rows)
-        got = fetch_rows(sql, {**params, **gate.params(), "n": n,
-                               "site_scan": min(SITE_SCAN_MAX, max(SITE_SCAN_MIN, n * SITE_SCAN_PER_JOB))})
+        got = fetch_rows(sql, {**params, **gate.params(), "n": n, "site_scan": _site_scan(n)})
         rows += got
         if len(rows) >= want or not gate.take([r[11] for r in got]):
             break

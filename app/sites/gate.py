@@ -1,16 +1,25 @@
 """The sites' share of a claim: which site keys a claim may not take now
 (at their limit, paused) and how many jobs of each limited site it may take.
 
-A claim of a project that any site rule or pause may touch first locks the
-rules that apply to it (:func:`admit`), in id order, then counts each
-rule's attempts in flight in a statement of its own, so the count sees
-every claim that committed before the lock was granted. The claim then takes
-at most the allowance of each site, and :func:`spend` takes the starts from
-the rules' buckets before the claim commits and releases the locks. Two
-claims that may take one site's jobs therefore run one after the other, and
-a limit holds under any interleaving; claims touching no limited site do
-not wait for each other, and a project no rule or pause touches skips all
-of this (``ProjectView.site_rules``).
+A claim of a project that a site rule or pause may touch (:func:`admit`):
+
+1. reads the rules that apply, the pauses and each rule's attempts in flight
+   without locks: an estimate of which sites are full;
+2. asks the claim for the sites of its next jobs, passing over paused and
+   (by the estimate) full sites (``scan``: a bounded window in claim order);
+3. for those sites in that order, locks each one's rule row — ``SKIP LOCKED``:
+   a rule another claim holds is passed over, never waited for — counts its
+   attempts in flight again in a statement of its own (which sees every
+   claim that committed before the lock was granted) and stops once the
+   rules it holds leave room for the claim;
+4. every other limited site is blocked for this claim.
+
+The claim then takes at most the allowance of each site it holds, and
+:func:`spend` takes the starts from the rules' buckets before the claim
+commits and releases the locks. Only a claim holding a site's rule takes
+that site's jobs, so a limit holds under any interleaving; two claims never
+wait for each other's rules, and a project no rule or pause touches skips
+all of this (``ProjectView.site_rules``).
 
 Which rule applies to a job: a job's site is the group its key belongs to
 (``site_groups``), else its key; a rule for the claiming project replaces the
@@ -20,7 +29,7 @@ flight across every project, a project's rule that project's.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from sqlalchemy import text
@@ -31,6 +40,8 @@ from app.projects import ratelimit
 # How soon a claim held back by a site asks again: a slot freed in another
 # project (a fleet-wide rule) wakes no one here.
 SLOT_RECHECK_S = 1.0
+# How many times a claim looks further down the queue for sites it may hold.
+SCAN_ROUNDS = 8
 
 _RULES = """
 SELECT l.id, l.site, l.project_id, l.max_in_flight, l.max_starts_per_s, l.tokens,
@@ -39,7 +50,11 @@ FROM site_limits l
 WHERE l.project_id = :p OR (l.project_id IS NULL AND NOT EXISTS (
     SELECT 1 FROM site_limits o WHERE o.project_id = :p AND o.site = l.site))
 ORDER BY l.id
-FOR UPDATE OF l
+"""
+
+_LOCK_RULE = """
+SELECT tokens, extract(epoch FROM clock_timestamp() - refilled_at) FROM site_limits
+WHERE id = :i FOR UPDATE SKIP LOCKED
 """
 
 _PAUSED = "SELECT site, extract(epoch FROM until - now()) FROM site_pauses WHERE until > now()"
@@ -109,9 +124,44 @@ def _members(sites: Iterable[str]) -> dict[str, list[str]]:
     return found
 
 
-def admit(project_id: str) -> Gate:
-    """Lock the rules that apply to this project's claim and say what it may
-    take. Runs in the claim's transaction; the locks hold until it commits."""
+@dataclass
+class _Candidate:
+    rule: _Rule
+    max_in_flight: int | None
+    scope: str | None
+
+
+def _room(rule: _Rule, max_in_flight: int | None, live: int, gate: Gate) -> int:
+    room = math.inf
+    if max_in_flight is not None:
+        room = max(0, max_in_flight - live)
+        if room == 0:
+            gate._hint(SLOT_RECHECK_S)
+    if rule.rate is not None and rule.tokens is not None:
+        starts = ratelimit.grantable(rule.tokens, 1 << 30)
+        if starts == 0:
+            gate._hint(ratelimit.retry_after_ms(rule.tokens, rule.rate) / 1000.0)
+        room = min(room, starts)
+    return int(min(room, 1 << 30))
+
+
+def _in_flight(candidates: list[_Candidate]) -> dict[int, int]:
+    flat = [(c.rule.id, key, c.scope) for c in candidates if c.max_in_flight is not None
+            for key in c.rule.keys]
+    if not flat:
+        return {}
+    return dict(db.session.execute(text(_IN_FLIGHT), {
+        "rules": [f[0] for f in flat], "keys": [f[1] for f in flat],
+        "scopes": [f[2] for f in flat]}).all())
+
+
+def admit(project_id: str, want: int, scan: Callable[[list[str]], list[str]]) -> Gate:
+    """Say what this claim may take of the limited and paused sites, holding
+    the rules it may take from (until the claim's transaction ends).
+
+    ``scan(excluded_keys)``: the site keys of the claim's next jobs in claim
+    order, leaving out the keys given.
+    """
     rows = db.session.execute(text(_RULES), {"p": project_id}).all()
     paused = dict(db.session.execute(text(_PAUSED)).all())
     members = _members({r[1] for r in rows} | set(paused))
@@ -119,36 +169,59 @@ def admit(project_id: str) -> Gate:
     for site, left_s in paused.items():
         gate.blocked += members[site]
         gate._hint(max(0.0, float(left_s)))
-    rules: list[tuple[_Rule, int | None, str | None]] = []
+    candidates: list[_Candidate] = []
     for rule_id, site, scope, max_in_flight, rate, tokens, elapsed in rows:
         if site in paused:
             continue
         if rate is not None:
             tokens = ratelimit.refill(tokens, float(elapsed), rate)
-        rules.append((_Rule(rule_id, site, rate, tokens, members[site], 0), max_in_flight, scope))
-    counted = [(r, m, s) for r, m, s in rules if m is not None]
-    live: dict[int, int] = {}
-    if counted:
-        flat = [(r.id, key, scope) for r, _, scope in counted for key in r.keys]
-        live = dict(db.session.execute(text(_IN_FLIGHT), {
-            "rules": [f[0] for f in flat], "keys": [f[1] for f in flat],
-            "scopes": [f[2] for f in flat]}).all())
-    for rule, max_in_flight, _ in rules:
-        room = math.inf
-        if max_in_flight is not None:
-            room = max(0, max_in_flight - live.get(rule.id, 0))
-            if room == 0:
-                gate._hint(SLOT_RECHECK_S)
-        if rule.rate is not None and rule.tokens is not None:
-            starts = ratelimit.grantable(rule.tokens, 1 << 30)
-            if starts == 0:
-                gate._hint(ratelimit.retry_after_ms(rule.tokens, rule.rate) / 1000.0)
-            room = min(room, starts)
-        if room == 0:
-            gate.blocked += rule.keys
-        else:
-            rule.allowance = int(min(room, 1 << 30))
-            gate.limited.append(rule)
+        candidates.append(_Candidate(_Rule(rule_id, site, rate, tokens, members[site], 0),
+                                     max_in_flight, scope))
+    # 1. The estimate: full sites, by a count that takes no lock.
+    estimate = _in_flight(candidates)
+    full = {c.rule.id for c in candidates if _room(c.rule, c.max_in_flight, estimate.get(c.rule.id, 0),
+                                                   Gate()) == 0}
+    by_key = {key: c for c in candidates for key in c.rule.keys}
+    excluded = gate.blocked + [k for c in candidates if c.rule.id in full for k in c.rule.keys]
+    # 2-3. The sites of the claim's next jobs, their rules held one by one;
+    # a site held by another claim or full is left out of the next look.
+    held: set[int] = set()
+    room_held = 0
+    for _ in range(SCAN_ROUNDS):
+        keys = [k for k in scan(excluded) if k not in excluded]
+        if not keys:
+            break
+        for key in keys:
+            found = by_key.get(key)
+            if found is None:
+                room_held = want            # a site without a rule: the claim has work
+                break
+            excluded += found.rule.keys
+            if found.rule.id in held:
+                continue
+            locked = db.session.execute(text(_LOCK_RULE), {"i": found.rule.id}).first()
+            if locked is None:
+                continue                    # another claim holds it: its jobs are that claim's
+            if found.rule.rate is not None:
+                found.rule.tokens = ratelimit.refill(locked[0], float(locked[1]), found.rule.rate)
+            live = _in_flight([found]).get(found.rule.id, 0)
+            room = _room(found.rule, found.max_in_flight, live, gate)
+            held.add(found.rule.id)
+            if room > 0:
+                found.rule.allowance = room
+                gate.limited.append(found.rule)
+                room_held += room
+                if room_held >= want:
+                    break
+        if room_held >= want:
+            break
+    # 4. Every limited site this claim does not hold is not its to take.
+    limited_ids = {rule.id for rule in gate.limited}
+    for c in candidates:
+        if c.rule.id not in limited_ids:
+            gate.blocked += c.rule.keys
+    if full:
+        gate._hint(SLOT_RECHECK_S)
     return gate
 
 
