@@ -35,7 +35,9 @@ def _claim(api, project, n, worker="w1"):
 
 @pytest.fixture
 def queue(api):
-    api.put_project("crawl", identity_mode="none", max_jobs_per_claim=100)
+    # prefer_new_worker and a worker cap: the claim's fullest shape (as pdf projects)
+    api.put_project("crawl", identity_mode="none", max_jobs_per_claim=100, prefer_new_worker=True,
+                    max_worker_attempts=3)
     return api
 
 

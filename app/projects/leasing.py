@@ -183,20 +183,21 @@ def _lane_filter(project: ProjectView, lane: Lane, stale_s: float) -> tuple[str,
 # The site keys of the claim's next jobs, in claim order, first appearance
 # first (app.sites.gate decides which of their rules the claim holds).
 _SITE_SCAN = """
-SELECT site_key FROM (
+WITH {fresh_cte} ahead AS (
     SELECT site_key, row_number() OVER (ORDER BY {order}) AS place FROM (
         SELECT id, site_key, created_at, random_key FROM jobs
         WHERE {claimable} AND site_key IS NOT NULL
           AND site_key <> ALL(CAST(:site_blocked AS text[]))
         ORDER BY {order} LIMIT :site_scan) c
-) w GROUP BY site_key ORDER BY min(place)
+)
+SELECT site_key FROM ahead GROUP BY site_key ORDER BY min(place)
 """
 
 
 @functools.lru_cache(maxsize=128)
 def _site_scan_sql(order: str, accept_types: tuple[str, ...], prefer_new_worker: bool = False,
                    worker_cap: bool = False, lane_filter: str = "") -> str:
-    return _SITE_SCAN.format(order=_ORDERS[order],
+    return _SITE_SCAN.format(order=_ORDERS[order], fresh_cte=_FRESH_WORKERS if prefer_new_worker else "",
                              claimable=_claimable(accept_types, prefer_new_worker, worker_cap, lane_filter))
 
 
