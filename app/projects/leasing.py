@@ -337,14 +337,14 @@ def claim(project: ProjectView, worker: Worker, *, max_jobs: int, lease_seconds:
             return [r[0] for r in found]
         gate = site_gate.admit(project.id, want, scan)
     sql = _claim_sql(*shape, gate is not None)
-    if gate is not None:
-        rows = _site_gated_claim(sql, params, gate, want)
-    else:
-        rows = fetch_rows(sql, params)
+
+    def take(n: int) -> list:
+        if gate is None:
+            return fetch_rows(sql, {**params, "n": n})
+        return _site_gated_claim(sql, params, gate, n)
+    rows = take(want)
     if len(rows) < want and reap_limit and not gated and reap_expired(project.id, limit=reap_limit):
-        more_params = {**params, "n": want - len(rows)}
-        rows += _site_gated_claim(sql, more_params, gate, want - len(rows)) if gate is not None \
-            else fetch_rows(sql, more_params)
+        rows += take(want - len(rows))
     if gate is not None:
         site_gate.spend(gate, [r[11] for r in rows])
     if tokens is not None:

@@ -29,6 +29,7 @@ flight across every project, a project's rule that project's.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -101,7 +102,7 @@ class Gate:
     def take(self, site_keys: Iterable[str | None]) -> bool:
         """Count jobs a claim round took against the allowances; a site it
         filled is blocked for the next round. Whether any site filled."""
-        taken = _tally(site_keys)
+        taken = Counter(site_keys)
         filled = False
         for rule in list(self.limited):
             rule.allowance -= sum(taken.get(key, 0) for key in rule.keys)
@@ -131,18 +132,19 @@ class _Candidate:
     scope: str | None
 
 
-def _room(rule: _Rule, max_in_flight: int | None, live: int, gate: Gate) -> int:
-    room = math.inf
+def _room(rule: _Rule, max_in_flight: int | None, live: int) -> tuple[int, float | None]:
+    """Starts the rule leaves room for, and when a full rule may have room."""
+    room, wait = math.inf, None
     if max_in_flight is not None:
         room = max(0, max_in_flight - live)
         if room == 0:
-            gate._hint(SLOT_RECHECK_S)
+            wait = SLOT_RECHECK_S
     if rule.rate is not None and rule.tokens is not None:
         starts = ratelimit.grantable(rule.tokens, 1 << 30)
         if starts == 0:
-            gate._hint(ratelimit.retry_after_ms(rule.tokens, rule.rate) / 1000.0)
+            wait = min(wait or math.inf, ratelimit.retry_after_ms(rule.tokens, rule.rate) / 1000.0)
         room = min(room, starts)
-    return int(min(room, 1 << 30))
+    return int(min(room, 1 << 30)), wait
 
 
 def _in_flight(candidates: list[_Candidate]) -> dict[int, int]:
@@ -179,8 +181,8 @@ def admit(project_id: str, want: int, scan: Callable[[list[str]], list[str]]) ->
                                      max_in_flight, scope))
     # 1. The estimate: full sites, by a count that takes no lock.
     estimate = _in_flight(candidates)
-    full = {c.rule.id for c in candidates if _room(c.rule, c.max_in_flight, estimate.get(c.rule.id, 0),
-                                                   Gate()) == 0}
+    full = {c.rule.id for c in candidates
+            if _room(c.rule, c.max_in_flight, estimate.get(c.rule.id, 0))[0] == 0}
     by_key = {key: c for c in candidates for key in c.rule.keys}
     excluded = gate.blocked + [k for c in candidates if c.rule.id in full for k in c.rule.keys]
     # 2-3. The sites of the claim's next jobs, their rules held one by one;
@@ -205,7 +207,9 @@ def admit(project_id: str, want: int, scan: Callable[[list[str]], list[str]]) ->
             if found.rule.rate is not None:
                 found.rule.tokens = ratelimit.refill(locked[0], float(locked[1]), found.rule.rate)
             live = _in_flight([found]).get(found.rule.id, 0)
-            room = _room(found.rule, found.max_in_flight, live, gate)
+            room, wait = _room(found.rule, found.max_in_flight, live)
+            if wait is not None:
+                gate._hint(wait)
             held.add(found.rule.id)
             if room > 0:
                 found.rule.allowance = room
@@ -225,18 +229,10 @@ def admit(project_id: str, want: int, scan: Callable[[list[str]], list[str]]) ->
     return gate
 
 
-def _tally(site_keys: Iterable[str | None]) -> dict[str, int]:
-    taken: dict[str, int] = {}
-    for key in site_keys:
-        if key is not None:
-            taken[key] = taken.get(key, 0) + 1
-    return taken
-
-
 def spend(gate: Gate, site_keys: Iterable[str | None]) -> None:
     """Take the claimed jobs' starts from their rules' buckets (before the
     claim commits)."""
-    taken = _tally(site_keys)
+    taken = Counter(site_keys)
     updates = []
     for rule in gate.limited + gate.spent:
         if rule.rate is None or rule.tokens is None:

@@ -17,6 +17,7 @@ import logging
 from sqlalchemy import text
 
 from app.extensions import db
+from app.sites import service
 
 log = logging.getLogger("fleethq.sites")
 
@@ -41,12 +42,6 @@ RETURNING extract(epoch FROM until - now())
 """
 
 
-def _site_of(site_key: str) -> str:
-    group = db.session.execute(text("SELECT site FROM site_groups WHERE site_key = :k"),
-                               {"k": site_key}).scalar()
-    return group or site_key
-
-
 def pause_seconds(strikes: int, retry_after_s: float | None) -> float:
     grown = BASE_PAUSE_S * 2 ** min(max(strikes - 1, 0), 20)
     return min(MAX_PAUSE_S, max(grown, retry_after_s or 0.0))
@@ -63,7 +58,7 @@ def _retry_after(error: dict) -> float | None:
 def report(site_key: str, error: dict, worker_id: str) -> float:
     """Pause the job's site after a worker's pushback report, in the caller's
     transaction (it commits). Returns the seconds the site stays paused."""
-    site = _site_of(site_key)
+    site = service.site_of(site_key)
     current = db.session.execute(text(_CURRENT), {"s": site, "memory": STRIKE_MEMORY_S}).first()
     if current is None or not (current.active or current.recent):
         strikes = 1

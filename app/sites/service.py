@@ -30,6 +30,11 @@ def _group_of(key: str) -> str | None:
                               {"k": key}).scalar()
 
 
+def site_of(key: str) -> str:
+    """The site a key counts for: its group when it is in one, else itself."""
+    return _group_of(key) or key
+
+
 def _refuse_member(site: str) -> None:
     group = _group_of(site)
     if group is not None and group != site:
@@ -96,9 +101,10 @@ def set_group(site: str, members: list, *, reason: str | None = None) -> dict:
         raise InvalidRequest(f"keys must be a list of at most {MAX_GROUP_KEYS} site keys",
                              details={"field": "keys"})
     wanted = sorted({site_name(k, "keys") for k in members} - {site})
-    if _group_of(site) not in (None, site):
-        raise Conflict(f"{site} is itself a key of the site {_group_of(site)}", code="site_in_group",
-                       details={"site": site, "group": _group_of(site)})
+    group = _group_of(site)
+    if group not in (None, site):
+        raise Conflict(f"{site} is itself a key of the site {group}", code="site_in_group",
+                       details={"site": site, "group": group})
     taken = db.session.execute(text(
         "SELECT site_key, site FROM site_groups WHERE site_key = ANY(:k) AND site <> :s"),
         {"k": wanted, "s": site}).first()
