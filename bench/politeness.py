@@ -23,7 +23,10 @@ over the unlimited run's.
 
 Last line: ``politeness jobs=… violations=… max_site_concurrency=…
 paused_site_hits=… claims_per_s=… unlimited_claims_per_s=… ratio=… share_error=…``
-(``share_error``: fair shares between projects are not built yet: ``na``).
+``share_error``: then every slot serves two projects of share weights 3 and
+1 (both queues deeper than the run) and picks its next claim by their shares
+as the worker does: the largest deviation of a project's part of the claims
+from its weight's part.
 """
 from __future__ import annotations
 
@@ -36,6 +39,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from _common import VERSION, admin_token, api, fresh_database, gunicorn
+
+from workers.runner.shares import Shares
 
 THROTTLED_SITE = "site-00"
 
@@ -104,11 +109,13 @@ class Publisher:
 
 
 class Slot(threading.Thread):
-    """One worker slot: claim one job, fetch it, report it, again."""
+    """One worker slot: claim one job, fetch it, report it, again. A slot
+    serving several projects picks the next by their shares, as the worker
+    does (the same ``Shares``, with the weights its heartbeat's answer names)."""
 
-    def __init__(self, base, token, project, index, publisher_port, run):
+    def __init__(self, base, token, projects, index, publisher_port, run):
         super().__init__(daemon=True)
-        self.base, self.token, self.project, self.index = base, token, project, index
+        self.base, self.token, self.projects, self.index = base, token, projects, index
         self.publisher_port, self.run_state = publisher_port, run
 
     def run(self):
@@ -127,21 +134,35 @@ class Slot(threading.Thread):
                 raise RuntimeError(f"{path}: {response.status} {data[:300]!r}")
             return json.loads(data)
 
+        shares = Shares()
+        shares.weigh(post("/api/v1/fleet/heartbeat", {
+            "capacity": 1, "browser_ok": False, "disk_free_bytes": 0, "spool_bytes": 0,
+            "running_attempt_ids": [], "worker_id": worker, "projects": self.projects,
+        }).get("shares") or {})
+        taken: list[tuple[str, dict]] = []
+
+        def ask(project, n):
+            jobs = post(f"/api/v1/projects/{project}/jobs/claim",
+                        {"worker_id": worker, "max_jobs": n, "lease_seconds": 300})["jobs"]
+            taken.extend((project, job) for job in jobs)
+            return len(jobs)
+
         state = self.run_state
         while not state["stop"].is_set():
             # When the claim was asked: one asked after the pause was committed
             # must not get the paused site's jobs (one asked before may).
             claimed = time.time()
-            jobs = post(f"/api/v1/projects/{self.project}/jobs/claim",
-                        {"worker_id": worker, "max_jobs": 1, "lease_seconds": 300})["jobs"]
-            if not jobs:
+            taken.clear()
+            shares.round(self.projects, self.projects, lambda: 1 - len(taken), ask)
+            if not taken:
                 if time.monotonic() > state["idle_deadline"]:
                     return
                 time.sleep(0.05)
                 continue
-            job = jobs[0]
+            project, job = taken[0]
             with state["lock"]:
                 state["claimed"] += 1
+                state["by_project"][project] = state["by_project"].get(project, 0) + 1
                 state["idle_deadline"] = time.monotonic() + 3.0
             site = job["attr"]["fleethq_site"]
             pub.request("GET", f"/{site}/{job['job_id']}?claimed={claimed:.6f}")
@@ -149,14 +170,14 @@ class Slot(threading.Thread):
             answer.read()
             ids = {"job_id": job["job_id"], "attempt_id": job["attempt_id"]}
             if answer.status == 429:
-                post(f"/api/v1/projects/{self.project}/jobs/fail", {"worker_id": worker, "items": [{
+                post(f"/api/v1/projects/{project}/jobs/fail", {"worker_id": worker, "items": [{
                     **ids, "retryable": True, "error": {
                         "code": "throttled", "message": f"{site} is rate limiting us (HTTP 429)",
                         "details": {"http_status": 429, "retry_after_s": 3600}}}]})
                 with state["lock"]:
                     state["paused_at"] = state["paused_at"] or time.time()   # committed by now
                 continue
-            post(f"/api/v1/projects/{self.project}/jobs/complete", {"worker_id": worker, "items": [{
+            post(f"/api/v1/projects/{project}/jobs/complete", {"worker_id": worker, "items": [{
                 **ids, "outcome": {"kind": "success"}}]})
             with state["lock"]:
                 state["done"] += 1
@@ -164,10 +185,10 @@ class Slot(threading.Thread):
                     state["stop"].set()
 
 
-def fill(session, base, project, jobs, sites, prefix):
+def fill(session, base, project, jobs, sites, prefix, weight=1):
     session.put(f"{base}/api/v1/fleethq/projects/{project}", json={
         "kind": "generic", "identity_mode": "none", "client_versions": [VERSION],
-        "max_jobs_per_claim": 64}).raise_for_status()
+        "max_jobs_per_claim": 64, "share_weight": weight}).raise_for_status()
     per_site = jobs // sites
     specs = [{"value": f"https://pub.example/{i}", "attr": {"fleethq_site": f"{prefix}-{i // per_site:02d}"}}
              for i in range(per_site * sites)]
@@ -176,16 +197,35 @@ def fill(session, base, project, jobs, sites, prefix):
                      json={"jobs": specs[start:start + 5000]}).raise_for_status()
 
 
-def run(base, token, project, slots, publisher, target):
+def run(base, token, projects, slots, publisher, target):
     state = {"lock": threading.Lock(), "stop": threading.Event(), "claimed": 0, "done": 0,
-             "target": target, "paused_at": None, "idle_deadline": time.monotonic() + 10.0}
-    pool = [Slot(base, token, project, i, publisher.port, state) for i in range(slots)]
+             "by_project": {}, "target": target, "paused_at": None,
+             "idle_deadline": time.monotonic() + 10.0}
+    pool = [Slot(base, token, projects, i, publisher.port, state) for i in range(slots)]
     started = time.perf_counter()
     for slot in pool:
         slot.start()
     for slot in pool:
         slot.join()
     return state, time.perf_counter() - started
+
+
+def shares(session, base, token, args) -> float:
+    """Every slot serves two projects of weights 3 and 1, both deeper than
+    the run: the largest deviation of a project's part of the claims from
+    its weight's part."""
+    weights = {"heavy": 3, "light": 1}
+    depth = max(args.jobs // 4, 400)
+    for project, weight in weights.items():
+        fill(session, base, project, depth, 10, project, weight)
+    publisher = Publisher({}, args.fetch_ms / 1000, False)
+    # Light first: on a tie the lighter project would be asked first.
+    state, elapsed = run(base, token, ["light", "heavy"], args.slots, publisher, depth)
+    publisher.close()
+    total = sum(weights.values())
+    parts = {p: state["by_project"].get(p, 0) / state["claimed"] for p in weights}
+    print(f"shares: {state['by_project']} in {elapsed:.1f} s; weights {weights}", flush=True)
+    return max(abs(parts[p] - weights[p] / total) for p in weights)
 
 
 def main():
@@ -212,13 +252,14 @@ def main():
             publisher = Publisher(limits, args.fetch_ms / 1000, throttle)
             # The throttled site's other jobs wait out its pause: not counted.
             target = per_site * args.sites - (per_site if throttle else 0)
-            state, elapsed = run(base, token, project, args.slots, publisher, target)
+            state, elapsed = run(base, token, [project], args.slots, publisher, target)
             publisher.close()
             results[project] = (state, elapsed, publisher)
             print(f"{project}: {state['done']} done, {state['claimed']} claimed in {elapsed:.1f} s "
                   f"= {state['claimed'] / elapsed:.0f} claims/s; {publisher.requests} requests; "
                   f"peak per site {max(publisher.peak.values())}", flush=True)
             assert state["done"] >= target, (project, state["done"], target)
+        share_error = shares(session, base, token, args)
     state, elapsed, publisher = results["limited"]
     paused_at = state["paused_at"]
     paused_hits = sum(1 for t in publisher.throttled_hits if paused_at is not None and t > paused_at)
@@ -230,7 +271,7 @@ def main():
     print(f"without limits one site saw up to {free_peak} requests at once")
     print(f"politeness jobs={args.jobs} violations={publisher.violations} max_site_concurrency={peak} "
           f"paused_site_hits={paused_hits} claims_per_s={limited_rate:.0f} "
-          f"unlimited_claims_per_s={free_rate:.0f} ratio={limited_rate / free_rate:.2f} share_error=na")
+          f"unlimited_claims_per_s={free_rate:.0f} ratio={limited_rate / free_rate:.2f} share_error={share_error:.3f}")
 
 
 if __name__ == "__main__":

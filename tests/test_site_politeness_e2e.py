@@ -52,3 +52,23 @@ def test_a_429_pauses_its_site_for_every_worker_and_the_rest_of_the_queue_goes_o
     assert {(j["state"], j["resets"]) for j in jobs} == {("todo", 0)}   # back, no reset charged
     for worker in workers:
         assert worker.terminate() == 0
+
+
+def test_a_worker_serving_two_projects_takes_jobs_by_their_share_weights(fleet, publisher):
+    url = publisher.url
+    heavy, light = fleet.project(share_weight=3), fleet.project(share_weight=1)
+    # Both queues deeper than the worker gets through: the light one first
+    # and just as deep, so without weights it would take half.
+    fleet.enqueue(light, [f"{url}/papers/{n}.pdf" for n in range(300, 340)])
+    fleet.enqueue(heavy, [f"{url}/papers/{n}.pdf" for n in range(400, 440)])
+    worker = fleet.worker([light, heavy], FLEETHQ_NO_BROWSER="1")
+
+    def first_claims():
+        rows = sql(fleet.app, "SELECT j.project_id FROM attempts a JOIN jobs j ON j.id = a.job_id "
+                              "WHERE j.project_id IN (:h, :l) ORDER BY a.id", h=heavy, l=light)
+        return rows[:40] if len(rows) >= 40 else None
+    first = wait_for(first_claims, 120,
+                     f"40 claims: {fleet.counts(heavy)} {fleet.counts(light)}\n{worker.output()[-3000:]}")
+    heavy_share = sum(1 for row in first if row["project_id"] == heavy) / len(first)
+    assert 0.65 <= heavy_share <= 0.85, (heavy_share, worker.output()[-3000:])
+    assert worker.terminate() == 0

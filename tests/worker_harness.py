@@ -166,10 +166,11 @@ class Fleet:
         response = self.api.enqueue(project, [{"value": v} for v in values])
         assert response.status_code in (200, 201), response.json
 
-    def worker(self, project: str, volume: Path | None = None, *, approve: bool = True,
+    def worker(self, project: str | list[str], volume: Path | None = None, *, approve: bool = True,
                **extra_env) -> WorkerProcess:
         volume = volume or self.tmp_path / f"volume-{len(self.workers)}"
-        proc = WorkerProcess(self.master, volume, [project], self.tmp_path / f"worker-{len(self.workers)}.log",
+        projects = [project] if isinstance(project, str) else project
+        proc = WorkerProcess(self.master, volume, projects, self.tmp_path / f"worker-{len(self.workers)}.log",
                              publisher_networks=self.publisher_networks(),
                              enroll=enrollment_credential(self.app),
                              extra_env={k: str(v) for k, v in extra_env.items()})

@@ -9,6 +9,7 @@ from flask import current_app, jsonify, request
 
 from app.api.base import bp
 from app.api import validate as v
+from app.api.admin_schemas import POLICY_RULES
 from app.api.auth import body_limit, principal, require, require_worker
 from app.errors import InvalidRequest, NotFound
 from app.fleet import listing
@@ -52,6 +53,9 @@ HEARTBEAT_RESPONSE = {
     "status": v.one_of(*NODE_STATUSES),
     "lease_expires": v.map_of(v.timestamp).describe(
         "attempt id → new lease end; stop every running attempt missing here"),
+    "shares": v.Optional(v.map_of(POLICY_RULES["share_weight"]).describe(
+        "project id → share_weight, for the heartbeat's projects that exist: a worker that "
+        "serves several takes jobs from them in these proportions")),
 }
 RECEIPT = v.named("Receipt", {
     "job_id": v.int_range(1, v.INT64_MAX), "attempt_id": v.text.describe("decimal"),

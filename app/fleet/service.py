@@ -226,7 +226,11 @@ def heartbeat(worker, body: dict, lease_seconds: int) -> dict:
     db.session.commit()
     ids = [int(a) for a in body["running_attempt_ids"] if a.isascii() and a.isdigit() and len(a) <= 18]
     leases = leasing.renew_for_heartbeat(worker, ids, lease_seconds) if status != "revoked" else {}
-    return {"status": status, "lease_expires": leases}
+    answer = {"status": status, "lease_expires": leases}
+    if body.get("projects"):
+        answer["shares"] = dict(db.session.execute(text(
+            "SELECT id, share_weight FROM projects WHERE id = ANY(:pr)"), params).all())
+    return answer
 
 
 def refuse_machine_fleet_action() -> None:

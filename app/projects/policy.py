@@ -53,6 +53,7 @@ def defaults(kind: str) -> dict:
         "upload_timeout_seconds": 120,
         # Applied by the server alone (like claim_order), so not versioned.
         "fallback_after_seconds": 60,
+        "share_weight": 1,
     }
 
 

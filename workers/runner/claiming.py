@@ -6,7 +6,8 @@ claimed job is journaled ``downloading`` before its fetch starts, so a crash
 during the download is recovered (runner.resume). With one project the claim
 long-polls (the master answers as soon as a job arrives); with several, each
 is asked in turn without waiting (a long poll on an empty project would starve
-the others), and a round that finds nothing sleeps a second.
+the others), in the order and proportions of the projects' share weights
+(``shares``), and a round that finds nothing sleeps a second.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import logging
 import time
 
 from workers.runner.master import MasterError, Refused, seg
+from workers.runner.shares import Shares
 
 log = logging.getLogger("fleethq.worker")
 
@@ -28,6 +30,7 @@ class Claimer:
         self._next = 0
         self._paused_reason: str | None = None
         self._unreachable = 0
+        self.shares = Shares()
 
     def _pause(self, reason: str | None) -> bool:
         if reason != self._paused_reason:
@@ -82,13 +85,15 @@ class Claimer:
             if len(r.settings.projects) == 1:
                 self._try(projects[0], SOLO_WAIT_MS)
                 continue
-            got = 0
-            for project in projects:
-                if self._free() <= 0 or r.stop.is_set():
-                    break
-                got += self._try(project, 0)
-            if not got:
+            if not self._round(projects):
                 r.stop.wait(ROUND_IDLE_S)
+
+    def _round(self, due: list[str]) -> int:
+        """Ask the due projects by their shares; returns how many gave jobs."""
+        r = self.r
+        return self.shares.round(r.settings.projects, due,
+                                 lambda: 0 if r.stop.is_set() else self._free(),
+                                 lambda project, n: self._try(project, 0, n))
 
     def _free(self) -> int:
         return self.r.fitness.slots(self.r.settings.concurrency) - self.r.http_stage()
@@ -100,9 +105,9 @@ class Claimer:
         rotated = projects[self._next:] + projects[:self._next]   # fair start of each round
         return [p for p in rotated if self._skip_until.get(p, 0) <= now]
 
-    def _try(self, project: str, wait_ms: int) -> int:
+    def _try(self, project: str, wait_ms: int, jobs: int | None = None) -> int:
         try:
-            got = self._claim(project, self._free(), wait_ms)
+            got = self._claim(project, self._free() if jobs is None else jobs, wait_ms)
             self._unreachable = 0
             return got
         except Refused as exc:

@@ -196,6 +196,7 @@ class Runner:
             _, answer = self.master.call("POST", "/api/v1/fleet/heartbeat", timeout=timeout,
                                          body={k: v for k, v in body.items() if k != "projects"})
         self.last_heartbeat_ok = time.monotonic()
+        self.claimer.shares.weigh(answer.get("shares") or {})
         if answer.get("status") != self.status:
             log.info("node status: %s", answer.get("status"))
             self.status = answer.get("status")

@@ -20,6 +20,7 @@ PROJECT_STATUSES = ("active", "draining", "archived")
 CLAIM_ORDERS = ("fifo", "random")
 # The most distinct workers a project may let try one job.
 MAX_WORKER_ATTEMPTS = 20
+MAX_SHARE_WEIGHT = 1000
 
 # What a field holds: one of a few words, a whole number in a range, a rate
 # (a finite number > 0, or null for no limit), true/false, or the list of
@@ -120,5 +121,12 @@ FIELDS: tuple[Field, ...] = (
           summary="a job's wait before a fallback-tier worker may take it",
           help="seconds a claimable job waits before a fallback-tier worker may take it while a "
                "first-choice worker has free capacity (0..86400, default 60)"),
+    # Read by workers from their heartbeat's answer, not from the policy route.
+    Field("share_weight", INTEGER, 1, MAX_SHARE_WEIGHT,
+          summary="this project's share of a worker that serves several",
+          help="a worker that serves several projects takes jobs from them in proportion to "
+               "their weights (1..1000, default 1): weights 3 and 1 give three jobs of the "
+               "first for one of the second while both have jobs; a project with none to give "
+               "saves no credit for later"),
 )
 BY_NAME = {field.name: field for field in FIELDS}
