@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import pytest
 
+from tests.conftest import unique
 from tests.fleet_helpers import Node
 from tests.helpers import VERSION, Api, body, sql, values
 from tests.support.pages import XSS, sign_in
@@ -454,7 +455,7 @@ def test_workers_page_sets_a_tier_and_flips_the_remote_switch(pages, app, client
     assert sql(app, "SELECT tier FROM fleet_nodes WHERE id = :n", n=node.node_id)[0][0] == "fallback"
     message, _ = pages.act(f"/admin/workers/node/{node.node_id}/tier", {"tier": "second"},
                            expect="error")
-    assert "tier must be one of first, fallback" in message
+    assert "tier must be one of auto, first, fallback" in message
     # Without the CSRF token the form is refused and nothing changes.
     response = client.post(f"/admin/workers/node/{node.node_id}/tier", data={"tier": "first"})
     assert response.status_code in (400, 403)
@@ -718,3 +719,16 @@ def test_dot_ids_get_links_a_browser_keeps(pages, api, app, make_user, odd):
     # A plain id is untouched.
     api.put_project("plain.id")
     assert 'href="/admin/projects/plain.id"' in pages.text("/admin/projects")
+
+
+def test_the_workers_page_shows_each_projects_lane_order(pages, app, client, api):
+    papers, scans = unique("lanes-pdf"), unique("lanes-doc")
+    api.put_project(papers, kind="pdf")
+    api.put_project(scans, kind="documents")
+    node = Node(client, app, name="fresh")
+    page = pages.text("/admin/workers")
+    for project, order in ((papers, "local first"), (scans, "remote first")):
+        row = page.split(f">{project}</a>", 1)[1].split("</tr>", 1)[0]
+        assert order in row, row
+    worker_row = page.split(node.node_id, 1)[1].split("</tr>", 1)[0]
+    assert '<option value="auto" selected>' in worker_row and "by lane order" in worker_row

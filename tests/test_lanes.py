@@ -11,6 +11,7 @@ import time
 
 import requests
 
+from app.fleet.lanes import FIRST_FREE_CACHE_S
 from tests.conftest import unique
 from tests.fleet_helpers import Node
 from tests.gunicorn_master import Gunicorn
@@ -324,3 +325,61 @@ def test_remote_jobs_snapshot_shows_the_queue_the_local_lane_takes_from(app, cli
                       taken["id"]: ("running", local.node_id)}
     bounded = body(reader.call("GET", f"/api/v1/remote-jobs?project={project}&limit=4"))["jobs"]
     assert len(bounded) == 4 and all(r["state"] == "queued" for r in bounded)  # newest first
+
+
+# -------------------------------------------------------------- lane order
+
+def test_a_pdf_project_is_local_first_for_new_workers_without_hand_work(app, client, api):
+    project = _project(api, kind="pdf", fallback_after_seconds=86400)
+    assert api.call("GET", f"/api/v1/fleethq/projects/{project}").json["lane_order"] == "local_first"
+    remote, local = Node(client, app, name="remote"), _local_node(app, client)
+    assert sql(app, "SELECT tier FROM fleet_nodes WHERE id IN (:r, :l)",
+               r=remote.node_id, l=local.node_id) == [("auto",), ("auto",)]
+    for node in (remote, local):
+        assert node.heartbeat(capacity=1, projects=[project]).status_code == 200
+    api.enqueue(project, [{"id": "a", "value": "https://example.org/a.pdf"},
+                          {"id": "b", "value": "https://example.org/b.pdf"}])
+    # The local fetcher has a free slot: the fresh jobs are its own.
+    assert _claimed(remote.claim(project)) == []
+    assert len(_claimed(local.claim(project))) == 1
+    # Its one slot is taken: the remote node takes what it cannot (once the
+    # claimers' cached answer to "is a first-choice worker free?" is renewed).
+    time.sleep(FIRST_FREE_CACHE_S)
+    assert len(_claimed(remote.claim(project))) == 1
+
+
+def test_documents_and_generic_projects_are_remote_first_and_the_local_lane_their_fallback(
+        app, client, api):
+    scans = _project(api, kind="documents")
+    assert api.call("GET", f"/api/v1/fleethq/projects/{scans}").json["lane_order"] == "remote_first"
+    project = _project(api, fallback_after_seconds=86400)    # generic: takes plain jobs
+    assert api.call("GET", f"/api/v1/fleethq/projects/{project}").json["lane_order"] == "remote_first"
+    remote, local = Node(client, app, name="ocr-host"), _local_node(app, client)
+    for node in (remote, local):
+        assert node.heartbeat(capacity=1, projects=[project]).status_code == 200
+    response = api.enqueue(project, [{"id": "a", "value": "a"}, {"id": "b", "value": "b"}])
+    assert response.status_code == 200, body(response)
+    assert _claimed(local.claim(project)) == []        # the strong host is free
+    assert len(_claimed(remote.claim(project))) == 1
+    time.sleep(FIRST_FREE_CACHE_S)
+    assert len(_claimed(local.claim(project))) == 1   # its slot is taken: the local lane helps
+
+
+def test_lane_order_is_a_project_setting_and_a_pinned_tier_holds_in_every_project(app, client, api):
+    project = _project(api, kind="pdf", fallback_after_seconds=86400)
+    remote, local = Node(client, app, name="remote"), _local_node(app, client)
+    for node in (remote, local):
+        assert node.heartbeat(capacity=1, projects=[project]).status_code == 200
+    api.enqueue(project, [{"id": str(n), "value": f"https://example.org/{n}.pdf"} for n in range(3)])
+    assert _claimed(remote.claim(project)) == []
+    response = api.call("PATCH", f"/api/v1/fleethq/projects/{project}", {"lane_order": "remote_first"})
+    assert response.status_code == 200 and response.json["lane_order"] == "remote_first"
+    assert len(_claimed(remote.claim(project))) == 1   # now the remote node comes first
+    # A tier set by hand wins over the lane order.
+    _tier(app, remote, "fallback")
+    _tier(app, local, "first")                         # (set_tier renews the cached answer)
+    assert _claimed(remote.claim(project)) == []
+    assert len(_claimed(local.claim(project))) == 1
+    response = api.call("PATCH", f"/api/v1/fleethq/projects/{project}", {"lane_order": "sideways"})
+    assert api_error(response, 400, "invalid_request")["details"]["field"] == "lane_order"
+

@@ -17,7 +17,7 @@ POLICY_KEYS = {"kind", "status", "identity_mode", "claim_order", "dispatch_qps",
                "retry_backoff_seconds", "client_versions", "max_in_flight", "max_worker_in_flight",
                "prefer_new_worker", "max_worker_attempts", "task_timeout_seconds",
                "attempt_timeout_seconds", "upload_timeout_seconds", "fallback_after_seconds",
-               "share_weight"}
+               "share_weight", "lane_order"}
 SUMMARY_KEYS = POLICY_KEYS | {"id", "policy_version", "job_counts", "created_at", "updated_at"}
 WORKER_POLICY_KEYS = {"project_id", "dispatch_qps", "worker_claim_qps", "max_jobs_per_claim",
                       "recommended_lease_seconds", "policy_version", "refresh_after_ms"}
@@ -30,13 +30,13 @@ GENERIC_DEFAULTS = {
     "max_worker_in_flight": None, "prefer_new_worker": False, "max_worker_attempts": None,
     "task_timeout_seconds": None,
     "attempt_timeout_seconds": None, "upload_timeout_seconds": 120, "fallback_after_seconds": 60,
-    "share_weight": 1,
+    "share_weight": 1, "lane_order": "remote_first",
 }
 PDF_DEFAULTS = {
     **GENERIC_DEFAULTS, "kind": "pdf", "retry_backoff_seconds": 30, "max_in_flight": 6,
     "max_worker_in_flight": 2, "prefer_new_worker": True, "max_worker_attempts": 3,
     "task_timeout_seconds": 900,
-    "attempt_timeout_seconds": 360, "upload_timeout_seconds": 120,
+    "attempt_timeout_seconds": 360, "upload_timeout_seconds": 120, "lane_order": "local_first",
 }
 
 

@@ -400,7 +400,7 @@ def test_fetcher_creates_its_node_against_web_and_stops_cleanly(
         return db_rows(app, "SELECT id, status, local, tier FROM fleet_nodes "
                             "WHERE last_heartbeat_at IS NOT NULL")
     [node] = wait_for(heartbeating, timeout=45, what="the fetcher's node to heartbeat to web")
-    assert (node["status"], node["local"], node["tier"]) == ("active", True, "first"), node
+    assert (node["status"], node["local"], node["tier"]) == ("active", True, "auto"), node
     assert json.loads((volume / "identity.json").read_text())["worker_id"] == node["id"]
     # docs/worker.md: 0 is "stopped by SIGTERM/SIGINT".
     assert_clean_stop(fetcher, STOP_GRACE_S)

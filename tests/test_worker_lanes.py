@@ -83,7 +83,9 @@ def test_two_and_three_workers_share_the_queue_under_the_project_cap(fleet, publ
 
 def test_a_fallback_node_waits_while_the_first_choice_keeps_up_then_takes_over(fleet, publisher):
     fallback_after = 3
-    project = fleet.project(fallback_after_seconds=fallback_after)
+    # Remote first: both remote nodes start on tier auto, so first choice
+    # there until one is pinned fallback.
+    project = fleet.project(fallback_after_seconds=fallback_after, lane_order="remote_first")
     first = fleet.worker(project, FLEETHQ_CONCURRENCY=4)
     second = fleet.worker(project)
     first_id, second_id = first.identity()["worker_id"], second.identity()["worker_id"]
@@ -115,7 +117,7 @@ def test_a_first_choice_node_that_stops_cleanly_signs_off_and_the_fallback_takes
     """A host going to sleep stops its worker (SIGTERM): the last heartbeat
     offers no slot, so the fallback does not wait fallback_after_seconds."""
     fallback_after = 30
-    project = fleet.project(fallback_after_seconds=fallback_after)
+    project = fleet.project(fallback_after_seconds=fallback_after, lane_order="remote_first")
     first = fleet.worker(project, FLEETHQ_CONCURRENCY=2)
     second = fleet.worker(project)
     first_id, second_id = first.identity()["worker_id"], second.identity()["worker_id"]

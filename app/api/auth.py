@@ -125,7 +125,7 @@ def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
             raise InvalidToken("invalid machine token")
         who = accounts.authenticate(token, row=(row.user_id, row.user_roles, row.user_status,
                                                 row.token_hash))
-        status, lane = row.standing or "active", Lane(row.tier or "first")
+        status, lane = row.standing or "active", Lane(row.tier or "auto")
         # As SavewebHQ: an unknown project is 404 whoever asks; then the user
         # must be an active worker.
         project = _project(project_id, row)

@@ -13,6 +13,7 @@ from app.api.admin_schemas import POLICY_RULES
 from app.api.auth import body_limit, principal, require, require_worker
 from app.errors import InvalidRequest, NotFound
 from app.fleet import listing
+from app.fleet.models import TIERS
 from app.fleet import service as fleet
 from app.projects.leasing import Worker
 from app.ratelimit import limit_enrollment
@@ -73,9 +74,11 @@ FLEET_WORKER = v.named("FleetWorker", {
     "created_at": v.timestamp, "last_heartbeat_at": v.timestamp.or_null(),
     "heartbeat_age_s": v.number(nullable=True), "stale": v.boolean,
     "held_files": v.int_range(0, v.INT64_MAX), "held_bytes": v.int_range(0, v.INT64_MAX),
-    "tier": v.one_of("first", "fallback").describe(
+    "tier": v.one_of(*TIERS).describe(
         "first: offered every job; fallback: a job only once it waited the project's "
-        "fallback_after_seconds, or while no first-choice worker is free"),
+        "fallback_after_seconds, or while no first-choice worker is free; auto: by each "
+        "project's lane_order (local_first: the local fetcher first, remote_first: the "
+        "remote workers first)"),
     "local": v.boolean.describe("the master's own fetcher (flask fleet local-worker)"),
 })
 REMOTE_JOB = v.named("RemoteJob", {

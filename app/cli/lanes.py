@@ -24,7 +24,8 @@ _NOT_FOR_THE_WORKER = ("DATABASE_URL", "REDIS_URL", "FLEETHQ_SECRET_KEY", "FLEET
 @click.option("--user", "user_id", default=None,
               help="For a token worker: the user whose machine token it uses.")
 def set_tier(worker_id, tier, user_id):
-    """Make a node (or a token worker, with --user) first choice or fallback."""
+    """Make a node (or a token worker, with --user) first choice, fallback, or
+    auto (by each project's lane_order)."""
     from app.fleet import lanes
     try:
         emit(lanes.set_tier(worker_id, tier, user_id))
@@ -62,8 +63,9 @@ def _default_master_url(data_dir: str) -> str:
 
 @fleet.command("local-worker", context_settings={"ignore_unknown_options": True})
 @click.option("--tier", type=click.Choice(TIERS), default=None, envvar="FLEETHQ_FETCHER_TIER",
-              help="first (download fleet: local first) or fallback (split host: local when "
-                   "the remote host sleeps). Kept when omitted; a new node is first.")
+              help="auto (by each project's lane_order: first where it is local_first, "
+                   "fallback where it is remote_first), or first / fallback for every project. "
+                   "Kept when omitted; a new node is auto.")
 @click.option("--concurrency", type=click.IntRange(1, 64), default=2, show_default=True,
               envvar="FLEETHQ_FETCHER_CONCURRENCY", help="Downloads at once.")
 @click.option("--volume", type=click.Path(file_okay=False), default=None,

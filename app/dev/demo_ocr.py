@@ -6,11 +6,13 @@ enqueues one job per archived paper into ``demo-scans-ocr``. Two lanes
 serve that project:
 
 - ``ocr-remote``: an enrolled ``fleethq-worker run --task ocr``, first
-  choice — the on-demand OCR host of a split-host setup (here on this
-  machine, volume ``./var/ocr-remote``);
-- the local fetcher's OCR twin (``flask fleet local-worker --tier fallback
-  -- --task ocr``, concurrency 1, OCR children niced): it takes a job only
-  when the remote lane is away or the job waited ``fallback_after_seconds``.
+  choice by the project's ``lane_order`` ``remote_first`` — the on-demand
+  OCR host of a split-host setup (here on this machine, volume
+  ``./var/ocr-remote``);
+- the local fetcher's OCR twin (``flask fleet local-worker -- --task ocr``,
+  concurrency 1, OCR children niced; tier ``auto``, so fallback there): it
+  takes a job only when the remote lane is away or the job waited
+  ``fallback_after_seconds``.
 
 The demo ends when every scan is searchable, and prints a search for one
 word of each.
@@ -117,15 +119,18 @@ def _start_local(stack: Stack, base: str, env: dict) -> None:
     stack.spawn("ocr-local", [
         sys.executable, "-m", "flask", "--app", "wsgi", "fleet", "local-worker",
         "--volume", str(stack.var / "ocr-local"), "--master-url", base, "--concurrency", "1",
-        "--tier", "fallback", "--name", "devstack-ocr-local", "--",
+        "--name", "devstack-ocr-local", "--",
         "--project", TARGET, "--project", DOCUMENTS, "--task", "ocr", "--client-version", WORKER_VERSION], env)
 
 
 def ocr_demo(stack: Stack, base: str, token: str, env: dict) -> None:
     for name in (SOURCE, TARGET):
+        # OCR is heavy: its project offers jobs to the remote host first
+        # (the scans themselves, pdf's default, the local lane first).
         api(base, token, "PUT", f"/api/v1/fleethq/projects/{name}", {
             "kind": "pdf", "identity_mode": "unique_value", "client_versions": [WORKER_VERSION],
-            "max_in_flight": 8, "max_worker_in_flight": 4, "retry_backoff_seconds": 2})
+            "max_in_flight": 8, "max_worker_in_flight": 4, "retry_backoff_seconds": 2,
+            "lane_order": "remote_first" if name == TARGET else "local_first"})
     consumers = api(base, token, "GET", f"/api/v1/admin/projects/{SOURCE}/hooks")["consumers"]
     if not any(c["kind"] == "derive" for c in consumers):
         api(base, token, "POST", f"/api/v1/admin/projects/{SOURCE}/hooks", {

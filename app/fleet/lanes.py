@@ -1,6 +1,10 @@
 """Lanes on one queue: worker tiers, the local fetcher and the remote switch.
 
-Every worker (enrolled node or token worker) has a tier. A ``first`` worker
+Every worker (enrolled node or token worker) has a tier: ``auto`` (every new
+worker's) follows the project's ``lane_order`` — under ``local_first`` (pdf)
+the local fetcher is first and every remote worker fallback, under
+``remote_first`` (documents, generic) the other way round — and an admin may
+pin a worker ``first`` or ``fallback`` for every project. A ``first`` worker
 is offered every job; a ``fallback`` worker only a job that has waited the
 project's ``fallback_after_seconds``, or any job while no first-choice worker
 could take it (none that serves the project — by its heartbeat's
@@ -28,8 +32,28 @@ REMOTE = "remote"
 @dataclass(frozen=True)
 class Lane:
     """Where a claiming worker stands: its tier and whether it is the local fetcher."""
-    tier: str = "first"
+    tier: str = "auto"
     local: bool = False
+
+    def tier_in(self, lane_order: str) -> str:
+        """Its tier in a project of this lane order (see effective_tier)."""
+        return effective_tier(self.tier, self.local, lane_order)
+
+
+def effective_tier(tier: str, local: bool, lane_order: str) -> str:
+    """A tier an admin set wins; ``auto`` is first for the lane the project's
+    lane_order puts first (the local fetcher under local_first, every other
+    worker under remote_first) and fallback for the other."""
+    if tier != "auto":
+        return tier
+    return "first" if local == (lane_order == "local_first") else "fallback"
+
+
+def lane_orders() -> list[dict]:
+    """Each live project's lane order, for the workers page."""
+    return [dict(r._mapping) for r in db.session.execute(text(
+        "SELECT id, kind, lane_order, fallback_after_seconds FROM projects "
+        "WHERE status <> 'archived' ORDER BY id LIMIT 200")).all()]
 
 
 # --------------------------------------------------------------- the switch
@@ -112,7 +136,8 @@ WITH switch AS (
            AS remote_on)
 SELECT EXISTS (
     SELECT 1 FROM fleet_nodes n, switch
-    WHERE n.tier = 'first' AND n.status = 'active' AND (n.local OR switch.remote_on)
+    WHERE (n.tier = 'first' OR (n.tier = 'auto' AND n.local = :local_first))
+      AND n.status = 'active' AND (n.local OR switch.remote_on)
       AND n.last_heartbeat_at > now() - make_interval(secs => :stale_s)
       AND (n.projects IS NULL OR :p = ANY(n.projects))
       AND (SELECT count(*) FROM jobs j WHERE j.project_id = :p AND {holds_slot('j')}
@@ -120,7 +145,8 @@ SELECT EXISTS (
           < LEAST(n.capacity, CAST(:cap AS int))
     UNION ALL
     SELECT 1 FROM token_workers t, switch
-    WHERE t.tier = 'first' AND t.status = 'active' AND switch.remote_on
+    WHERE (t.tier = 'first' OR (t.tier = 'auto' AND NOT :local_first))
+      AND t.status = 'active' AND switch.remote_on
       AND t.last_heartbeat_at > now() - make_interval(secs => :stale_s)
       AND (t.projects IS NULL OR :p = ANY(t.projects))
       AND (SELECT count(*) FROM jobs j WHERE j.project_id = :p AND {holds_slot('j')}
@@ -134,8 +160,10 @@ SELECT EXISTS (
 FIRST_FREE_CACHE_S = 1.0
 
 
-def first_choice_free(project_id: str, max_worker_in_flight: int | None, stale_s: float) -> bool:
-    """Could a first-choice worker take a job of this project now?"""
+def first_choice_free(project_id: str, max_worker_in_flight: int | None, stale_s: float,
+                      lane_order: str) -> bool:
+    """Could a first-choice worker (in this project's lane order) take a job
+    of this project now?"""
     now = time.monotonic()
     _first_free: dict[str, tuple[float, bool]] = app_cache("first_choice_free")
     cached = _first_free.get(project_id)
@@ -144,7 +172,7 @@ def first_choice_free(project_id: str, max_worker_in_flight: int | None, stale_s
     if len(_first_free) > 10_000:
         _first_free.clear()
     free = bool(db.session.execute(text(_FIRST_FREE_SQL), {
-        "p": project_id, "stale_s": float(stale_s),
+        "p": project_id, "stale_s": float(stale_s), "local_first": lane_order == "local_first",
         "cap": max_worker_in_flight if max_worker_in_flight is not None else 2**31 - 1}).scalar())
     _first_free[project_id] = (now, free)
     return free
@@ -174,7 +202,7 @@ def ensure_local_node(node_id: str, name: str, secret: str, tier: str | None) ->
         "ON CONFLICT (id) DO UPDATE SET local = true, tier = COALESCE(:given, fleet_nodes.tier), "
         "updated_at = now() WHERE fleet_nodes.secret_hash = :h "
         "RETURNING id, name, status, tier, local, (xmax = 0) AS created"),
-        {"id": node_id, "name": name, "h": tokens.digest(secret), "tier": tier or "first",
+        {"id": node_id, "name": name, "h": tokens.digest(secret), "tier": tier or "auto",
          "given": tier}).first()
     if row is None:
         db.session.rollback()

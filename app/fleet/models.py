@@ -16,8 +16,10 @@ from app.extensions import db
 NODE_STATUSES = ("pending", "active", "draining", "rejected", "revoked")
 TOKEN_WORKER_STATUSES = ("active", "draining", "revoked")
 # first: offered every job; fallback: offered a job only once it has waited
-# the project's fallback_after_seconds, or while no first-choice worker is free.
-TIERS = ("first", "fallback")
+# the project's fallback_after_seconds, or while no first-choice worker is free;
+# auto (every new worker's): first or fallback by the project's lane_order
+# (app.fleet.lanes.effective_tier).
+TIERS = ("auto", "first", "fallback")
 
 
 class EnrollmentCredential(db.Model):
@@ -40,7 +42,7 @@ class _Heartbeat:
     disk_free_bytes = mapped_column(BigInteger)
     spool_bytes = mapped_column(BigInteger)
     last_error = mapped_column(Text)
-    tier: Mapped[str] = mapped_column(Text, nullable=False, server_default="first")
+    tier: Mapped[str] = mapped_column(Text, nullable=False, server_default="auto")
     # The projects its last heartbeat said it serves (NULL: an older worker
     # that does not say); a fallback worker waits only for first-choice
     # workers that serve the project.
@@ -52,7 +54,7 @@ class FleetNode(_Heartbeat, db.Model):
     __table_args__ = (
         CheckConstraint("status IN ('pending', 'active', 'draining', 'rejected', 'revoked')",
                         name="status"),
-        CheckConstraint("tier IN ('first', 'fallback')", name="tier"),
+        CheckConstraint("tier IN ('auto', 'first', 'fallback')", name="tier"),
     )
 
     id: Mapped[str] = mapped_column(String(128), primary_key=True)
@@ -84,7 +86,7 @@ class TokenWorker(_Heartbeat, db.Model):
     __tablename__ = "token_workers"
     __table_args__ = (
         CheckConstraint("status IN ('active', 'draining', 'revoked')", name="status"),
-        CheckConstraint("tier IN ('first', 'fallback')", name="tier"),
+        CheckConstraint("tier IN ('auto', 'first', 'fallback')", name="tier"),
     )
 
     user_id: Mapped[str] = mapped_column(String(128), primary_key=True)

@@ -171,10 +171,11 @@ FALLBACK_RECHECK_S = 1.0
 def _lane_filter(project: ProjectView, lane: Lane, stale_s: float) -> tuple[str, bool]:
     """The claim's lane conditions and whether the tier rule holds jobs back:
     remote workers claim only while the remote switch is on; a fallback
-    worker waits for old jobs while some first-choice worker is free."""
+    worker (its tier in the project's lane order) waits for old jobs while
+    some first-choice worker is free."""
     parts = [] if lane.local else [REMOTE_ON_SQL]
-    held = lane.tier == "fallback" and first_choice_free(
-        project.id, project.max_worker_in_flight, stale_s)
+    held = lane.tier_in(project.lane_order) == "fallback" and first_choice_free(
+        project.id, project.max_worker_in_flight, stale_s, project.lane_order)
     if held:
         parts.append(_FALLBACK_WAITED)
     return " ".join(parts), held

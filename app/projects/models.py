@@ -41,6 +41,7 @@ class Project(Model):
         CheckConstraint("identity_mode IN ('none', 'external_id', 'unique_value')", name="identity_mode"),
         CheckConstraint("claim_order IN ('fifo', 'random')", name="claim_order"),
         CheckConstraint("share_weight BETWEEN 1 AND 1000", name="share_weight"),
+        CheckConstraint("lane_order IN ('local_first', 'remote_first')", name="lane_order"),
     )
 
     id: Mapped[str] = mapped_column(String(128), primary_key=True)
@@ -64,6 +65,7 @@ class Project(Model):
     upload_timeout_seconds: Mapped[int] = mapped_column(Integer, nullable=False)
     fallback_after_seconds: Mapped[int] = mapped_column(Integer, nullable=False, server_default="60")
     share_weight: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
+    lane_order: Mapped[str] = mapped_column(Text, nullable=False, server_default="remote_first")
     policy_version: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
     created_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
     updated_at = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())

@@ -53,6 +53,9 @@ def defaults(kind: str) -> dict:
         "upload_timeout_seconds": 120,
         # Applied by the server alone (like claim_order), so not versioned.
         "fallback_after_seconds": 60,
+        # The download fleet's seed fetches locally first; the OCR seed sends
+        # work to its strong remote host first (docs/worker.md, "Lanes").
+        "lane_order": "local_first" if pdf else "remote_first",
         "share_weight": 1,
     }
 

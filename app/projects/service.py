@@ -44,6 +44,7 @@ class ProjectView:
     attempt_timeout_seconds: int | None
     upload_timeout_seconds: int
     fallback_after_seconds: int
+    lane_order: str
     policy_version: int
     # Whether a site rule or pause may touch this project's claims (computed,
     # see _COMPUTED): a claim without one skips app.sites.gate entirely.
@@ -136,7 +137,7 @@ def _change(project: Project, clean: dict) -> Project:
         project.policy_version += 1
     project.updated_at = db.func.now()
     db.session.commit()
-    if clean.get("status") == "active" or bump or "fallback_after_seconds" in clean:
+    if clean.get("status") == "active" or bump or clean.keys() & {"fallback_after_seconds", "lane_order"}:
         # A reactivated project or a looser policy may release waiting claimers.
         from app.projects import wakeups
         wakeups.notify(project.id)

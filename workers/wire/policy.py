@@ -18,6 +18,9 @@ from workers.wire.protocol import IDENTITY_MODES, INT32_MAX
 PROJECT_KINDS = ("generic", "pdf", "documents")
 PROJECT_STATUSES = ("active", "draining", "archived")
 CLAIM_ORDERS = ("fifo", "random")
+# Which lane a job is offered first (app.fleet.lanes): the master's own
+# fetcher, or the remote workers.
+LANE_ORDERS = ("local_first", "remote_first")
 # The most distinct workers a project may let try one job.
 MAX_WORKER_ATTEMPTS = 20
 MAX_SHARE_WEIGHT = 1000
@@ -121,6 +124,12 @@ FIELDS: tuple[Field, ...] = (
           summary="a job's wait before a fallback-tier worker may take it",
           help="seconds a claimable job waits before a fallback-tier worker may take it while a "
                "first-choice worker has free capacity (0..86400, default 60)"),
+    Field("lane_order", CHOICE, choices=LANE_ORDERS,
+          summary="which lane a job is offered first",
+          help="which lane a job is offered first: local_first (pdf's default) offers it to the "
+               "master's own fetcher, and remote workers take what waited fallback_after_seconds "
+               "or what the fetcher has no slot for; remote_first (documents, generic) the other "
+               "way round. It decides the tier of every worker left on tier auto"),
     # Read by workers from their heartbeat's answer, not from the policy route.
     Field("share_weight", INTEGER, 1, MAX_SHARE_WEIGHT,
           summary="this project's share of a worker that serves several",

@@ -55,6 +55,7 @@ def workers():
     return render_template("admin/workers.html", workers=rows, stale_after_s=stale_s,
                            summary=aggregates.workers_summary(stale_s), searched=searched,
                            tiers=TIERS, remote_enabled=lanes.remote_enabled(),
+                           lane_orders=lanes.lane_orders(),
                            owners=admin_lookups.worker_owners(searched) if searched else None)
 
 
@@ -126,6 +127,8 @@ def _tier_message(row: dict) -> str:
     who = f"{row['user_id']}/{row['worker_id']}" if row.get("user_id") else row["worker_id"]
     if row["tier"] == "first":
         return _("Worker %(who)s is now first choice.", who=who)
+    if row["tier"] == "auto":
+        return _("Worker %(who)s now follows each project's lane order.", who=who)
     return _("Worker %(who)s is now fallback.", who=who)
 
 
