@@ -98,7 +98,11 @@ _SITE_CTE = """site_ranked AS (
     LEFT JOIN unnest(CAST(:site_keys AS text[]), CAST(:site_rules AS int[]), CAST(:site_allow AS int[]))
         AS l(key, rule, allow) ON l.key = c.site_key
 ), site_allowed AS (SELECT id FROM site_ranked WHERE rule IS NULL OR rn <= allow),"""
-_SITE_FILTER = "AND id IN (SELECT id FROM site_allowed)"
+# By primary key from the window's few ids: an ``IN (subquery)`` let the
+# planner walk the queue's head in claim order testing each job against the
+# window, past every job of the sites that are full (a queue filled one site
+# after another puts thousands there): 3.5 ms a claim against 0.3.
+_SITE_FILTER = "AND id = ANY(ARRAY(SELECT id FROM site_allowed))"
 
 # How many candidates a site-gated claim reads for each job it wants (and at
 # least SITE_SCAN_MIN): enough that a few sites at the queue's head, each
