@@ -72,3 +72,39 @@ def test_a_worker_serving_two_projects_takes_jobs_by_their_share_weights(fleet, 
     heavy_share = sum(1 for row in first if row["project_id"] == heavy) / len(first)
     assert 0.65 <= heavy_share <= 0.85, (heavy_share, worker.output()[-3000:])
     assert worker.terminate() == 0
+
+
+def _peak_overlap(requests: list[dict]) -> int:
+    """The most requests the publisher was answering at one moment."""
+    edges = sorted([(r["at"], 1) for r in requests] + [(r["done"], -1) for r in requests])
+    peak = now = 0
+    for _, step in edges:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+def test_site_limits_hold_across_worker_processes_as_the_publisher_counts(fleet, publisher):
+    url = publisher.url
+    project = fleet.project()
+    for site, rule in (("slowpub", {"max_in_flight": 2}), ("ratepub", {"max_starts_per_s": 2})):
+        response = fleet.api.call("PUT", f"/api/v1/fleethq/sites/{site}/limit", rule)
+        assert response.status_code == 200, response.json
+    specs = [{"value": f"{url}/slow/{n}?delay=1", "attr": {"fleethq_site": "slowpub"}} for n in range(50, 62)]
+    specs += [{"value": f"{url}/papers/{n}.pdf", "attr": {"fleethq_site": "ratepub"}} for n in range(70, 80)]
+    assert fleet.api.enqueue(project, specs).status_code == 200
+    # Nine fetch slots over three processes: without the rules the slow site
+    # would see up to nine requests at once.
+    workers = [fleet.worker(project, FLEETHQ_NO_BROWSER="1", FLEETHQ_CONCURRENCY="3") for _ in range(3)]
+    fleet.wait_settled(project, len(specs), timeout=120, proc=workers[0])
+    assert fleet.counts(project)["done"] == len(specs)
+    slow = [r for r in publisher.requests if r["path"].startswith("/slow/") and "done" in r]
+    rated = sorted(r["at"] for r in publisher.requests if r["path"].startswith("/papers/7"))
+    assert len(slow) == 12 and len(rated) == 10
+    assert _peak_overlap(slow) == 2, sorted((r["at"], r["done"]) for r in slow)
+    # Two starts a second (a bucket of one): ten starts take at least 4.5 s;
+    # allow the fetch's own jitter of a few tenths.
+    assert rated[-1] - rated[0] >= 4.0, rated
+    assert max(sum(1 for t in rated if start <= t < start + 1.0) for start in rated) <= 3, rated
+    for worker in workers:
+        assert worker.terminate() == 0

@@ -148,13 +148,17 @@ class Publisher:
 
     # --- content --------------------------------------------------------------
 
-    def _record(self, request) -> None:
-        self.requests.append({"server": request.environ.get("fleethq.server"), "method": request.method,
-                              "path": request.full_path.rstrip("?"), "host": request.host,
-                              "user_agent": request.user_agent.string,
-                              "cookie": request.headers.get("Cookie"),
-                              "authorization": request.headers.get("Authorization"),
-                              "at": time.time()})
+    def _record(self, request) -> dict:
+        """Record a request as it arrives; the site adds ``done`` (when its
+        answer was ready) so tests can tell which requests overlapped."""
+        record = {"server": request.environ.get("fleethq.server"), "method": request.method,
+                  "path": request.full_path.rstrip("?"), "host": request.host,
+                  "user_agent": request.user_agent.string,
+                  "cookie": request.headers.get("Cookie"),
+                  "authorization": request.headers.get("Authorization"),
+                  "at": time.time()}
+        self.requests.append(record)
+        return record
 
     def paper_path(self, n: int) -> Path:
         path = self.dir / f"paper-{n}.pdf"

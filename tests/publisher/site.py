@@ -43,13 +43,14 @@ class Site:
     def __call__(self, environ, start_response):
         environ["fleethq.server"] = self.label
         request = Request(environ)
-        self.pub._record(request)
+        record = self.pub._record(request)
         parts = [p for p in request.path.split("/") if p]
         handler = getattr(self, "r_" + parts[0].replace("-", "_"), None) if parts else None
         try:
             response = handler(request, *parts[1:]) if handler else page("no such page", 404)
         except (TypeError, ValueError, KeyError):
             response = page("bad request", 400)
+        record["done"] = time.time()
         return response(environ, start_response)
 
     def pdf(self, request, n, *, attachment=False, mimetype="application/pdf") -> Response:
