@@ -171,6 +171,9 @@ class Defaults:
     PUBLIC_URL = None
     # The development sign-in without GitHub (make dev only).
     DEV_MODE = False
+    # The make dev stack's test publisher (its base URL): the enrollment page's
+    # worker command then names it, so it runs as printed (make dev only).
+    DEV_PUBLISHER_URL = None
     # Logs as JSON lines (false: plain text).
     LOG_JSON = True
     # The root log level.

@@ -16,11 +16,14 @@ import urllib.request
 from pathlib import Path
 
 from app.dev.procs import Stack, StepFailed, print_lock, say
+from workers.runner.settings import default_client_version
 
 DEMO_PROJECT = "demo"
 DEMO_JOBS = 300
 PDF_PROJECT = "demo-papers"
-WORKER_VERSION = "fleethq-worker/dev"
+# The version this checkout's worker sends by default, so that a worker
+# started by hand (the enrollment page's command) is accepted as printed.
+WORKER_VERSION = default_client_version()
 
 
 def api(base: str, token: str, method: str, path: str, body=None, headers=None) -> dict:
@@ -87,8 +90,7 @@ def start_fetcher(stack: Stack, base: str, env: dict, publisher) -> None:
         fetcher_env)
 
 
-def pdf_demo(stack: Stack, base: str, token: str, env: dict) -> None:
-    publisher = start_publisher(stack)
+def pdf_demo(stack: Stack, base: str, token: str, env: dict, publisher) -> None:
     api(base, token, "PUT", f"/api/v1/fleethq/projects/{PDF_PROJECT}", {
         "kind": "pdf", "identity_mode": "unique_value", "client_versions": [WORKER_VERSION],
         "max_in_flight": 16, "max_worker_in_flight": 8, "retry_backoff_seconds": 2, "max_resets": 1})

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from app.dev import embedded, state as devstate
-from app.dev.demo import DEMO_PROJECT, demo, pdf_demo
+from app.dev.demo import DEMO_PROJECT, demo, pdf_demo, start_publisher
 from app.dev.demo_documents import PROJECT as DOCUMENTS_PROJECT
 from app.dev.demo_documents import documents_demo, make_project
 from app.dev.demo_ocr import ocr_demo
@@ -91,6 +91,11 @@ def run(args) -> int:
             raise StepFailed(f"bootstrap-user wrote no token to {token_file}")
         token = token_file.read_text().strip()
 
+        publisher = None
+        if not args.no_demo:
+            # Before web: the enrollment page's worker command names it.
+            publisher = start_publisher(stack)
+            env["FLEETHQ_DEV_PUBLISHER_URL"] = publisher.url
         stack.spawn("web", [py, "-m", "gunicorn", "-c", "python:app.gunicorn_conf", "wsgi:app"], env)
         stack.spawn("tasks", [py, "-m", "dramatiq", "tasks:setup_broker", "--processes", "1", "--threads", "4"], env)
         stack.spawn("clock", [py, "-m", "tasks.clock"], env)
@@ -101,7 +106,7 @@ def run(args) -> int:
         wait_ready(stack, base)
         if not args.no_demo:
             demo(base, token)
-            pdf_demo(stack, base, token, env)
+            pdf_demo(stack, base, token, env, publisher)
             make_project(base, token)
             ocr_demo(stack, base, token, env)
             documents_demo(stack, base, token)

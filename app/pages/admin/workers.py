@@ -9,7 +9,10 @@ must be ticked; no JavaScript ``confirm()`` is involved.
 """
 from __future__ import annotations
 
+import secrets
+import shlex
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 from flask import abort, current_app, render_template, request, send_file
 from flask_babel import gettext as _
@@ -206,4 +209,29 @@ def create_enrollment():
     credential = fleet.create_enrollment(actor(), valid_for=ENROLLMENT_VALID)
     return shown_once("admin/enrollment.html", credential=credential,
                       valid_minutes=int(ENROLLMENT_VALID.total_seconds() // 60),
-                      master_url=master_url())
+                      command=worker_command(credential))
+
+
+# The pdf project make dev fills (app.dev.demo.PDF_PROJECT; the pages never
+# import the dev stack).
+DEV_PROJECT = "demo-papers"
+
+
+def worker_command(credential: str) -> str:
+    """The command that enrolls a node with this credential, as it must be
+    typed: plain http is allowed only for a master on a loopback address;
+    on a make dev stack it runs from the checkout, works on the demo's
+    papers and fetches them from the demo's publisher, so it runs verbatim."""
+    master = master_url()
+    parts = urlsplit(master)
+    dev = bool(current_app.config.get("DEV_MODE"))
+    args = [".venv/bin/fleethq-worker" if dev else "fleethq-worker", "run", "--master", master]
+    if parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost", "::1"):
+        args.append("--allow-http")
+    args += ["--volume", f"var/worker-{secrets.token_hex(3)}" if dev else "/data",
+             "--enroll", credential, "--project", DEV_PROJECT if dev else "PROJECT"]
+    publisher = current_app.config.get("DEV_PUBLISHER_URL") if dev else None
+    if publisher:
+        args += ["--doi-resolver", f"{publisher}/doi/",
+                 "--allow-networks", f"{urlsplit(publisher).hostname}/32"]
+    return shlex.join(args)
