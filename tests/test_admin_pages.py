@@ -732,3 +732,39 @@ def test_the_workers_page_shows_each_projects_lane_order(pages, app, client, api
         assert order in row, row
     worker_row = page.split(node.node_id, 1)[1].split("</tr>", 1)[0]
     assert '<option value="auto" selected>' in worker_row and "by lane order" in worker_row
+
+
+def test_workers_raise_no_false_alarms(pages, app, client, api, make_user):
+    """An SDK worker that only claims is not stale for sending no heartbeats,
+    and a worker without a browser lane is not "failing" one."""
+    token = make_user("sdk-user", ["worker"])
+    api.put_project("quiet-gen")
+    claim = client.post("/api/v1/projects/quiet-gen/jobs/claim", headers={
+        "Authorization": f"Bearer {token}", "X-Client-Version": VERSION},
+        json={"worker_id": "sdk-worker-1", "max_jobs": 1, "lease_seconds": 60})
+    assert claim.status_code == 200, claim.json
+    ocr = Node(client, app, name="ocr-host")
+    assert ocr.heartbeat(browser_ok=None).status_code == 200
+    sql(app, "UPDATE token_workers SET last_seen_at = now() - interval '10 minutes' "
+             "WHERE worker_id = 'sdk-worker-1'")
+    page = pages.text("/admin/workers")
+    sdk_row = page.split("sdk-user/sdk-worker-1", 1)[1].split("</tr>", 1)[0]
+    assert "sends no heartbeats" in sdk_row and "stale" not in sdk_row, sdk_row
+    assert "0 stale" in page
+    ocr_row = page.split(ocr.node_id, 1)[1].split("</tr>", 1)[0]
+    assert "failing" not in ocr_row and "no browser lane" in ocr_row, ocr_row
+    # One that stopped cleanly (its last heartbeat offered no slot) is not stale either.
+    assert ocr.heartbeat(browser_ok=None, capacity=0).status_code == 200
+    sql(app, "UPDATE fleet_nodes SET last_heartbeat_at = now() - interval '91 seconds' WHERE id = :n",
+        n=ocr.node_id)
+    page = pages.text("/admin/workers")
+    ocr_row = page.split(ocr.node_id, 1)[1].split("</tr>", 1)[0]
+    assert "signed off" in ocr_row and "stale" not in ocr_row and "0 stale" in page, ocr_row
+    # A node that heartbeats and goes silent is stale, and a broken browser shows.
+    assert ocr.heartbeat(browser_ok=False).status_code == 200
+    sql(app, "UPDATE fleet_nodes SET last_heartbeat_at = now() - interval '91 seconds' WHERE id = :n",
+        n=ocr.node_id)
+    page = pages.text("/admin/workers")
+    ocr_row = page.split(ocr.node_id, 1)[1].split("</tr>", 1)[0]
+    assert "failing" in ocr_row and "stale" in ocr_row and "1 stale" in page
+

@@ -34,7 +34,8 @@ REGISTER = {"id": v.string(128, min_bytes=16).with_schema(pattern=v.json_pattern
 
 HEARTBEAT = {
     "capacity": v.int_range(0, 1024),
-    "browser_ok": v.boolean,
+    "browser_ok": v.boolean.or_null().describe(
+        "the browser lane's health; null: this worker has none (OCR, --no-browser)"),
     "disk_free_bytes": v.int_range(0, 2**63 - 1),
     "spool_bytes": v.int_range(0, 2**63 - 1),
     "last_error": v.Optional(v.string(2048, nullable=True)),
@@ -73,6 +74,11 @@ FLEET_WORKER = v.named("FleetWorker", {
     "spool_bytes": v.int_range(0, v.INT64_MAX, nullable=True), "last_error": v.text.or_null(),
     "created_at": v.timestamp, "last_heartbeat_at": v.timestamp.or_null(),
     "heartbeat_age_s": v.number(nullable=True), "stale": v.boolean,
+    "heartbeats": v.boolean.describe(
+        "false: a token worker that never sent a heartbeat (an SDK worker that only claims): "
+        "its heartbeat_age_s is when it was last seen, and it is never stale"),
+    "signed_off": v.boolean.describe(
+        "its last heartbeat offered no slot (it stopped cleanly): silence after it is not stale"),
     "held_files": v.int_range(0, v.INT64_MAX), "held_bytes": v.int_range(0, v.INT64_MAX),
     "tier": v.one_of(*TIERS).describe(
         "first: offered every job; fallback: a job only once it waited the project's "

@@ -72,7 +72,7 @@ def _upload_scans(stack: Stack, base: str, token: str) -> int:
     returns how many it sent. A scan claimed by an earlier, interrupted run
     comes back when its short lease runs out, and is sent then."""
     api(base, token, "POST", "/api/v1/fleet/heartbeat", {  # claims need a fresh one
-        "worker_id": "demo-scanner", "capacity": 8, "browser_ok": False,
+        "worker_id": "demo-scanner", "capacity": 8, "browser_ok": None,
         "disk_free_bytes": 1 << 40, "spool_bytes": 0, "running_attempt_ids": []}, AS_WORKER)
     claimed = api(base, token, "POST", f"/api/v1/projects/{SOURCE}/jobs/claim", {
         "worker_id": "demo-scanner", "max_jobs": len(SCANS), "lease_seconds": 30}, AS_WORKER)["jobs"]
@@ -82,6 +82,11 @@ def _upload_scans(stack: Stack, base: str, token: str) -> int:
         _raw(base, token, "PUT", f"/api/v1/fleet/uploads/{job['attempt_id']}", data, {
             **AS_WORKER, "Content-Type": "application/pdf",
             "X-PDF-SHA256": hashlib.sha256(data).hexdigest(), "X-PDF-Size": str(len(data))})
+    # Done, as a worker that stops cleanly says so: no slot on offer (the
+    # workers page then shows it signed off, not stale).
+    api(base, token, "POST", "/api/v1/fleet/heartbeat", {
+        "worker_id": "demo-scanner", "capacity": 0, "browser_ok": None,
+        "disk_free_bytes": 1 << 40, "spool_bytes": 0, "running_attempt_ids": []}, AS_WORKER)
     return len(claimed)
 
 

@@ -43,6 +43,11 @@ def workers(stale_after_s: float, limit: int = MAX_ROWS) -> list[dict]:
     out = []
     for r in rows:
         age = None if r["heartbeat_age_s"] is None else round(float(r["heartbeat_age_s"]), 1)
+        heartbeats = r["kind"] == "node" or r["last_heartbeat_at"] is not None
+        # A worker that stopped cleanly said so: its last heartbeat offered
+        # no slot (SIGTERM, a host going to sleep). Silence after that is
+        # expected, not an alarm.
+        signed_off = r["last_heartbeat_at"] is not None and r["capacity"] == 0
         out.append({
             "kind": r["kind"], "worker_id": r["worker_id"], "user_id": r["user_id"], "name": r["name"],
             "status": r["status"], "capacity": r["capacity"], "running": int(r["running"]),
@@ -50,7 +55,12 @@ def workers(stale_after_s: float, limit: int = MAX_ROWS) -> list[dict]:
             "spool_bytes": r["spool_bytes"], "last_error": r["last_error"],
             "created_at": int(r["created_at"].timestamp()),
             "last_heartbeat_at": int(r["last_heartbeat_at"].timestamp()) if r["last_heartbeat_at"] else None,
-            "heartbeat_age_s": age, "stale": age is None or age > stale_after_s,
+            # A token worker that never sent a heartbeat is an SDK worker
+            # (claims only, by design): its age is when it was last seen,
+            # and it is never stale for the lack of heartbeats.
+            "heartbeats": heartbeats, "signed_off": signed_off,
+            "heartbeat_age_s": age,
+            "stale": heartbeats and not signed_off and (age is None or age > stale_after_s),
             "held_files": int(r["held_files"]), "held_bytes": int(r["held_bytes"]),
             "tier": r["tier"], "local": bool(r["local"]),
         })

@@ -140,13 +140,15 @@ def per_minute_average(values: list[int], width: int) -> list[float]:
 _WORKERS = """
 SELECT 'node' AS kind, status, count(*) AS n,
        count(*) FILTER (WHERE status IN ('active', 'draining') AND (last_heartbeat_at IS NULL
-                        OR last_heartbeat_at < now() - make_interval(secs => :stale))) AS stale
+                        OR (last_heartbeat_at < now() - make_interval(secs => :stale)
+                            AND capacity IS DISTINCT FROM 0))) AS stale
 FROM fleet_nodes GROUP BY status
 UNION ALL
 SELECT 'token', status, count(*),
        count(*) FILTER (WHERE status IN ('active', 'draining')
-                        AND GREATEST(last_heartbeat_at, last_seen_at)
-                            < now() - make_interval(secs => :stale))
+                        AND last_heartbeat_at < now() - make_interval(secs => :stale)
+                        AND capacity IS DISTINCT FROM 0
+                        AND last_seen_at < now() - make_interval(secs => :stale))
 FROM token_workers GROUP BY status
 """
 

@@ -74,6 +74,9 @@ class Runner:
         # Heartbeats list the projects served (the master then counts this
         # worker only for them); off after an older master refused the field.
         self.says_projects = True
+        # Whether the heartbeat may say "no browser lane" (null); an older
+        # master takes only true/false.
+        self.says_no_browser = True
         # Set by sign_off: the last heartbeat offers no slot.
         self.signed_off = False
         # Whether this worker is itself the problem (its network, its disk):
@@ -124,7 +127,11 @@ class Runner:
     def spool_bytes(self) -> int:
         return sum(e["size"] for e in self.journal.entries("ready", "uploaded"))
 
-    def browser_ok(self) -> bool:
+    def browser_ok(self) -> bool | None:
+        """The browser lane's health; None when this worker has none (OCR,
+        --no-browser): nothing there can fail."""
+        if not self.settings.use_browser:
+            return None if self.says_no_browser else False
         return self._browser[1]
 
     def _browser_seen(self, ok: bool) -> None:
@@ -184,17 +191,7 @@ class Runner:
                 "last_error": self.last_error(), "running_attempt_ids": running}
         if self.says_projects:
             body["projects"] = list(self.settings.projects)[:64]
-        try:
-            _, answer = self.master.call("POST", "/api/v1/fleet/heartbeat", timeout=timeout, body=body)
-        except MasterError as exc:
-            if not (self.says_projects and exc.status == 400 and exc.message.startswith("projects:")):
-                raise
-            # A master older than this worker does not know the field: say
-            # nothing of the projects from now on, as older workers do.
-            log.info("the master does not take a heartbeat's projects; leaving them out")
-            self.says_projects = False
-            _, answer = self.master.call("POST", "/api/v1/fleet/heartbeat", timeout=timeout,
-                                         body={k: v for k, v in body.items() if k != "projects"})
+        answer = self._send_beat(body, timeout)
         self.last_heartbeat_ok = time.monotonic()
         self.claimer.shares.weigh(answer.get("shares") or {})
         if answer.get("status") != self.status:
@@ -210,6 +207,27 @@ class Runner:
                     log.warning("attempt %s is no longer leased by the master: cancelled", aid)
                     flag.set()
         return leases
+
+    def _send_beat(self, body: dict, timeout: float) -> dict:
+        """POST a heartbeat. A master older than this worker refuses what it
+        does not know (the projects, a null browser_ok): say it as older
+        workers did from then on."""
+        while True:
+            try:
+                return self.master.call("POST", "/api/v1/fleet/heartbeat", timeout=timeout, body=body)[1]
+            except MasterError as exc:
+                field = exc.message.split(":", 1)[0] if exc.status == 400 else None
+                if field == "projects" and "projects" in body:
+                    log.info("the master does not take a heartbeat's projects; leaving them out")
+                    self.says_projects = False
+                    body = {k: v for k, v in body.items() if k != "projects"}
+                elif field == "browser_ok" and body.get("browser_ok") is None:
+                    log.info("the master does not take a heartbeat without a browser lane; "
+                             "reporting the lane as not ok")
+                    self.says_no_browser = False
+                    body = {**body, "browser_ok": False}
+                else:
+                    raise
 
     def _heartbeat_loop(self) -> None:
         while not self.stop.is_set():
