@@ -49,10 +49,10 @@ def test_api_actions_name_the_token_user_and_sizes_not_bodies(app, client, admin
     api.put_project("sized")
     assert api.enqueue("sized", values(3)).status_code in (200, 201)
     assert api.enqueue("sized", values(3)).status_code in (200, 201)  # all three already there
-    enqueued = _rows(app, action="jobs.enqueue")
-    assert [r["details"] for r in enqueued] == [{"submitted": 3, "inserted": 3},
-                                               {"submitted": 3, "inserted": 0}]
-    assert {r["actor"] for r in enqueued} == {"user:admin"}
+    (enqueued,) = _rows(app, action="jobs.enqueue")    # one run of batches: one row
+    assert {k: enqueued["details"][k] for k in ("submitted", "inserted", "batches")} == {
+        "submitted": 6, "inserted": 3, "batches": 2}
+    assert enqueued["actor"] == "user:admin"
 
 
 def test_a_refused_action_leaves_no_audit_row(app, client, admin_token):
@@ -174,3 +174,46 @@ def test_retention_prunes_old_rows_only(app, client, admin_token):
         pruned = retention.run({**app.config, "KEEP_AUDIT_DAYS": 365})
     assert pruned["audit_log"] == 1
     assert [r["object_id"] for r in _rows(app, object_kind="project")] == ["new"]
+
+
+def test_a_run_of_enqueue_batches_is_one_row_with_its_totals(app, client, admin_token, make_user):
+    api = Api(client, admin_token)
+    api.put_project("bulk-audit")
+    for batch in range(10):                          # hqctl enqueue: 1,000 a request
+        jobs = [{"id": f"j{batch}-{n}", "value": f"https://example.org/{batch}/{n}"} for n in range(100)]
+        assert api.enqueue("bulk-audit", jobs).status_code in (200, 201)
+    (run,) = _rows(app, action="jobs.enqueue", object_id="bulk-audit")
+    assert {k: run["details"][k] for k in ("submitted", "inserted", "batches")} == {
+        "submitted": 1000, "inserted": 1000, "batches": 10}
+    # Another actor's batches are their own run; a batch after a pause starts a new one.
+    other = Api(client, make_user("other-admin", ["admin"]))
+    assert other.enqueue("bulk-audit", values(2)).status_code in (200, 201)
+    sql(app, "UPDATE audit_log SET details = details || jsonb_build_object('last_at', now() - interval '2 minutes')")
+    assert api.enqueue("bulk-audit", values(1)).status_code in (200, 201)
+    rows = _rows(app, action="jobs.enqueue", object_id="bulk-audit")
+    assert [(r["actor"], r["details"]["submitted"], r["details"]["batches"]) for r in rows] == [
+        ("user:admin", 1000, 10), ("user:other-admin", 2, 1), ("user:admin", 1, 1)]
+
+
+def test_audit_cli_pages_and_filters_by_time(app, client, admin_token):
+    api = Api(client, admin_token)
+    for n in range(5):
+        api.put_project(f"paged-{n}")
+    sql(app, "UPDATE audit_log SET at = now() - interval '3 hours' WHERE object_id IN ('paged-0', 'paged-1')")
+    runner = app.test_cli_runner()
+    first = runner.invoke(args=["fleet", "audit", "--action", "project.create", "--limit", "2"])
+    assert first.exit_code == 0, first.output
+    assert "paged-4" in first.output and "paged-3" in first.output and "paged-2" not in first.output
+    hint = first.output.strip().splitlines()[-1]
+    assert hint.startswith("more: the same command with --before-id ")
+    before = hint.rsplit(" ", 1)[1]
+    second = runner.invoke(args=["fleet", "audit", "--action", "project.create", "--limit", "2",
+                                 "--before-id", before])
+    assert "paged-2" in second.output and "paged-4" not in second.output
+    recent = runner.invoke(args=["fleet", "audit", "--action", "project.create", "--since", "1h"])
+    assert "paged-2" in recent.output and "paged-1" not in recent.output
+    older = runner.invoke(args=["fleet", "audit", "--action", "project.create", "--until", "2h", "--json"])
+    assert [json.loads(line)["object_id"] for line in older.output.splitlines()] == ["paged-1", "paged-0"]
+    bad = runner.invoke(args=["fleet", "audit", "--since", "yesterday"])
+    assert bad.exit_code == 2 and "neither an ISO 8601 time" in bad.output
+

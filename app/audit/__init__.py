@@ -1,4 +1,5 @@
-"""Who did what: one row per admin or fleet action, in the action's transaction.
+"""Who did what: one row per admin or fleet action, in the action's transaction
+(a run of enqueue or import batches is one action: :func:`tally`).
 
 The services that own each change (projects, enqueue, accounts, fleet, hooks,
 held uploads, job requeue/delete) call :func:`record` before they commit, so
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import socket
+from datetime import datetime
 
 from flask import g, has_request_context
 from sqlalchemy import text
@@ -55,14 +57,49 @@ def record(action: str, object_kind: str, object_id, details: dict | None = None
          "oid": None if object_id is None else str(object_id), "details": payload, "reason": reason})
 
 
+# A run of enqueues (hqctl enqueue sends 1,000 jobs a request; a source
+# import commits in batches) is one row: the batches of one actor for one
+# project add into the row of its run while they keep coming.
+RUN_GAP_S = 60.0
+
+_TALLY = """
+UPDATE audit_log SET details = details || jsonb_build_object({sums}, 'batches',
+        COALESCE((details->>'batches')::bigint, 1) + 1, 'last_at', now())
+WHERE id = (SELECT id FROM audit_log
+            WHERE action = :action AND actor = :actor AND object_kind = :kind AND object_id = :oid
+              AND at > now() - interval '1 day'
+              AND COALESCE((details->>'last_at')::timestamptz, at) > now() - make_interval(secs => :gap)
+            ORDER BY id DESC LIMIT 1 FOR UPDATE)
+RETURNING id
+"""
+
+
+def tally(action: str, object_kind: str, object_id, counts: dict[str, int]) -> None:
+    """Add counts to the audit row of this actor's run of ``action`` on the
+    object (the newest such row whose last batch is under ``RUN_GAP_S`` old),
+    or start a run. In the caller's transaction (no commit). Details:
+    the counts summed, ``batches`` and ``last_at``."""
+    names = sorted(counts)
+    if any(not name.isidentifier() for name in names):
+        raise ValueError("tally counts are named by identifiers")
+    sums = ", ".join(f"'{n}', COALESCE((details->>'{n}')::bigint, 0) + :c_{n}" for n in names)
+    params = {"action": action, "actor": current_actor(), "kind": object_kind,
+              "oid": None if object_id is None else str(object_id), "gap": RUN_GAP_S,
+              **{f"c_{n}": int(counts[n]) for n in names}}
+    if db.session.execute(text(_TALLY.format(sums=sums)), params).first() is None:
+        record(action, object_kind, object_id, {**counts, "batches": 1})
+
+
 PAGE_MAX = 500
 FILTER_MAX_CHARS = 256
 
 
 def listing(*, actor: str | None = None, action: str | None = None, object_kind: str | None = None,
-            object_id: str | None = None, before_id: int | None = None, limit: int = 100) -> dict:
+            object_id: str | None = None, before_id: int | None = None, limit: int = 100,
+            since: datetime | None = None, until: datetime | None = None) -> dict:
     """Audit rows newest first, filtered; ``action`` ending in ``.`` is a prefix
-    (``node.`` is every node action). Returns ``{"entries", "next_before_id"}``."""
+    (``node.`` is every node action); ``since``/``until`` bound the time
+    (``since <= at < until``). Returns ``{"entries", "next_before_id"}``."""
     limit = max(1, min(int(limit), PAGE_MAX))
     where, params = [], {"n": limit + 1}
     for column, value in (("actor", actor), ("object_kind", object_kind), ("object_id", object_id)):
@@ -76,6 +113,12 @@ def listing(*, actor: str | None = None, action: str | None = None, object_kind:
         else:
             where.append("action = :action")
             params["action"] = action[:FILTER_MAX_CHARS]
+    if since is not None:
+        where.append("at >= :since")
+        params["since"] = since
+    if until is not None:
+        where.append("at < :until")
+        params["until"] = until
     if before_id is not None:
         where.append("id < :before")
         params["before"] = before_id

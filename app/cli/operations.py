@@ -7,7 +7,7 @@ import json
 import os
 import secrets
 import sys
-from datetime import UTC
+from datetime import UTC, datetime, timedelta
 
 import click
 from sqlalchemy import text
@@ -48,17 +48,48 @@ def web_keygen(out):
         sys.exit(1)
 
 
+class When(click.ParamType):
+    """A point in time: ISO 8601 (UTC when it names no zone) or an age ago."""
+    name = "time"
+    _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, datetime):
+            return value
+        text_value = str(value).strip()
+        unit = self._UNITS.get(text_value[-1:].lower())
+        if unit and text_value[:-1].isdigit():
+            try:
+                return datetime.now(UTC) - timedelta(seconds=int(text_value[:-1]) * unit)
+            except OverflowError:
+                self.fail(f"{value!r} reaches before the year 1", param, ctx)
+        try:
+            when = datetime.fromisoformat(text_value)
+        except ValueError:
+            self.fail(f"{value!r} is neither an ISO 8601 time (2026-12-06T09:00Z) "
+                      "nor an age (90s, 30m, 2h, 7d)", param, ctx)
+        return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
 @fleet.command("audit")
 @click.option("--actor", default=None, help="Only this actor (user:<id>, node:<id>, cli@<host>, system).")
 @click.option("--action", default=None, help="Only this action; ending in '.' a prefix (node.).")
 @click.option("--object", "obj", default=None, metavar="KIND[:ID]", help="Only this object (project:papers).")
+@click.option("--since", type=When(), default=None, metavar="TIME",
+              help="Only rows at or after TIME: ISO 8601 (2026-12-06T09:00Z; no zone is UTC) "
+                   "or an age (90s, 30m, 2h, 7d).")
+@click.option("--until", type=When(), default=None, metavar="TIME", help="Only rows before TIME (as --since).")
+@click.option("--before-id", type=click.IntRange(1), default=None, metavar="ID",
+              help="The next page: rows older than this id (the last line says which).")
 @click.option("--limit", type=click.IntRange(1, audit.PAGE_MAX), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
-def audit_log(actor, action, obj, limit, as_json):
-    """Print who did what, newest first."""
+def audit_log(actor, action, obj, since, until, before_id, limit, as_json):
+    """Print who did what, newest first, a page at a time."""
     kind, _, object_id = (obj or "").partition(":")
-    entries = audit.listing(actor=actor, action=action, object_kind=kind or None,
-                            object_id=object_id or None, limit=limit)["entries"]
+    page = audit.listing(actor=actor, action=action, object_kind=kind or None,
+                         object_id=object_id or None, limit=limit, since=since, until=until,
+                         before_id=before_id)
+    entries = page["entries"]
     for e in entries:
         if as_json:
             click.echo(json.dumps({**e, "at": e["at"].isoformat()}, sort_keys=True, default=str))
@@ -70,6 +101,10 @@ def audit_log(actor, action, obj, limit, as_json):
         if e["reason"]:
             line += f"  reason: {e['reason']}"
         click.echo(line)
+    if page["next_before_id"] is not None:
+        # On stderr: --json output stays one object per line.
+        click.echo(f"more: the same command with --before-id {page['next_before_id']}", err=True)
+
 
 
 @fleet.command("sweep")

@@ -200,8 +200,8 @@ def enqueue(project_id: str, specs: list[dict]) -> EnqueueResult:
         result = insert_batch(project, specs)
         if result.inserted:
             wakeups.notify(project_id)
-        audit.record("jobs.enqueue", "project", project_id,
-                     {"submitted": result.submitted, "inserted": result.inserted})
+        audit.tally("jobs.enqueue", "project", project_id,
+                    {"submitted": result.submitted, "inserted": result.inserted})
         db.session.commit()
     except Exception:
         db.session.rollback()
