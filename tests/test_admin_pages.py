@@ -768,3 +768,14 @@ def test_workers_raise_no_false_alarms(pages, app, client, api, make_user):
     ocr_row = page.split(ocr.node_id, 1)[1].split("</tr>", 1)[0]
     assert "failing" in ocr_row and "stale" in ocr_row and "1 stale" in page
 
+
+
+@pytest.mark.parametrize("method, path, allowed", [
+    ("TRACE", "/healthz", {"GET", "HEAD", "OPTIONS"}),
+    ("PUT", "/admin/projects", {"GET", "POST", "HEAD", "OPTIONS"}),
+    ("DELETE", "/api/v1/fleet/heartbeat", {"POST", "OPTIONS"}),
+])
+def test_a_405_names_the_methods_the_url_takes(client, method, path, allowed):
+    response = client.open(path, method=method)
+    assert response.status_code == 405
+    assert set(response.headers["Allow"].split(", ")) == allowed

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 
-from flask import current_app, request
+from flask import current_app, make_response, request
 from werkzeug.exceptions import HTTPException
 
 from app.api.base import bp, error_response
@@ -53,12 +53,15 @@ def init_app(app) -> None:
         if not _is_api():
             # A page: the pages' renderer if installed (app/pages/security.py).
             page = current_app.extensions.get("fleethq.page_errors")
-            return page(exc) if page is not None and exc.code and exc.code >= 400 else exc
-        code = _HTTP_CODES.get(exc.code, "invalid_request")
-        err = FleetError(exc.description or exc.name, code=code)
-        err.status = exc.code
-        response = error_response(err)
-        if getattr(exc, "valid_methods", None):
+            if page is None or not exc.code or exc.code < 400:
+                return exc
+            response = make_response(page(exc))
+        else:
+            code = _HTTP_CODES.get(exc.code, "invalid_request")
+            err = FleetError(exc.description or exc.name, code=code)
+            err.status = exc.code
+            response = error_response(err)
+        if getattr(exc, "valid_methods", None):   # a 405 names what the URL takes (RFC 9110)
             response.headers["Allow"] = ", ".join(exc.valid_methods)
         return response
 
