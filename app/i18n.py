@@ -29,6 +29,9 @@ LABELS = {"en": "English", "zh": "中文"}
 COOKIE = "lang"
 COOKIE_MAX_AGE_S = 365 * 86400
 ENVIRON_KEY = "fleethq.language"
+# Where the master is mounted (SCRIPT_NAME before a language prefix joined
+# it): the switcher's links go under it, as every other URL does.
+MOUNT_KEY = "fleethq.mount"
 # Babel's locale for each URL language (Simplified Chinese).
 LOCALES = {"en": "en", "zh": "zh_Hans_CN"}
 MACHINE_PREFIXES = ("/api/", "/metrics", "/healthz", "/readyz")
@@ -44,6 +47,7 @@ class LanguagePrefix:
 
     def __call__(self, environ, start_response):
         path = environ.get("PATH_INFO", "")
+        environ[MOUNT_KEY] = environ.get("SCRIPT_NAME", "")
         for lang in LANGUAGES:
             prefix = f"/{lang}"
             if path == prefix or path.startswith(prefix + "/"):
@@ -79,7 +83,8 @@ def switch_links() -> list[dict]:
     """The header's language switcher: this page under each prefix."""
     here = page_language()
     path = request.full_path.rstrip("?")
-    return [{"lang": lang, "label": LABELS[lang], "url": f"/{lang}{path}", "current": lang == here}
+    mount = request.environ.get(MOUNT_KEY, "").rstrip("/")
+    return [{"lang": lang, "label": LABELS[lang], "url": f"{mount}/{lang}{path}", "current": lang == here}
             for lang in LANGUAGES]
 
 

@@ -82,6 +82,15 @@ def test_links_on_a_chinese_page_stay_chinese_and_the_switcher_keeps_the_page(ap
     assert ">工作节点<" in page and ">仪表盘<" in page
 
 
+def test_the_switcher_stays_under_a_master_mounted_on_a_sub_path(app):
+    """Behind a proxy that mounts the master at /hq (SCRIPT_NAME), the
+    switcher's links keep the mount, as every url_for link does."""
+    page = app.test_client().get("/zh/login", base_url="http://localhost/hq").get_data(as_text=True)
+    assert 'href="/hq/en/login" hreflang="en"' in page and 'href="/hq/zh/login" hreflang="zh"' in page
+    plain = app.test_client().get("/login", base_url="http://localhost/hq").get_data(as_text=True)
+    assert 'href="/hq/zh/login" hreflang="zh"' in plain
+
+
 def test_numbers_and_dates_follow_the_language(app, client, admin_token):
     from app import i18n
     with app.test_request_context("/admin", headers={"Cookie": "lang=zh"}):
