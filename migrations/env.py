@@ -71,6 +71,28 @@ def run_migrations_offline():
         context.run_migrations()
 
 
+# An index built CONCURRENTLY whose build was interrupted (the upgrade
+# killed, its connection lost) stays behind INVALID: never read, still
+# written by every insert, and in the way of the re-run, which its migration's
+# create_index(..., if_not_exists=True) would then take as built. One that is
+# being built right now (another session) is left alone.
+_INTERRUPTED_INDEXES = """
+SELECT c.relname FROM pg_index i
+JOIN pg_class c ON c.oid = i.indexrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE NOT i.indisvalid AND n.nspname = current_schema()
+  AND NOT EXISTS (SELECT 1 FROM pg_stat_progress_create_index p WHERE p.index_relid = i.indexrelid)
+"""
+
+
+def drop_interrupted_indexes(engine):
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        for (name,) in connection.exec_driver_sql(_INTERRUPTED_INDEXES).all():
+            logger.warning("dropping index %s, left INVALID by an interrupted build: "
+                           "this upgrade builds it again", name)
+            connection.exec_driver_sql(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+
+
 def run_migrations_online():
     """Run migrations in 'online' mode.
 
@@ -94,6 +116,7 @@ def run_migrations_online():
         conf_args["process_revision_directives"] = process_revision_directives
 
     connectable = get_engine()
+    drop_interrupted_indexes(connectable)
 
     with connectable.connect() as connection:
         context.configure(

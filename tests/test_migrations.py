@@ -119,6 +119,41 @@ def test_downgrade_to_base_and_upgrade_again(scratch_url):
         dispose(application)
 
 
+def test_an_upgrade_interrupted_while_building_indexes_concurrently_runs_again(scratch_url):
+    """A kill during 0016's CONCURRENTLY index builds leaves its first part
+    committed (the autocommit block commits it), the index being built
+    INVALID, the rest never built and the version at 0015. The next upgrade
+    drops the INVALID index, builds all four and gets to the head."""
+    from flask_migrate import downgrade, upgrade
+    from sqlalchemy import text
+
+    from app.extensions import db
+    search_indexes = ("ix_jobs_value_prefix", "ix_jobs_attr", "ix_jobs_error_text", "ix_jobs_todo_tried")
+    application = make_app(scratch_url, check_schema=False)
+    try:
+        with application.app_context():
+            upgrade()
+            downgrade(revision="0016")
+            session = db.session
+            session.execute(text("DROP INDEX ix_jobs_attr, ix_jobs_error_text, ix_jobs_todo_tried"))
+            session.execute(text("UPDATE pg_index SET indisvalid = false "
+                                 "WHERE indexrelid = 'ix_jobs_value_prefix'::regclass"))
+            session.execute(text("UPDATE alembic_version SET version_num = '0015'"))
+            session.commit()
+            session.remove()
+
+            upgrade()
+            rows = session.execute(text(
+                "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                "WHERE c.relname = ANY(:names)"), {"names": list(search_indexes)}).all()
+            assert sorted(rows) == sorted((name, True) for name in search_indexes)
+            assert session.execute(text("SELECT count(*) FROM pg_index WHERE NOT indisvalid")).scalar() == 0
+            session.remove()
+        assert schema_diff(application) == []
+    finally:
+        dispose(application)
+
+
 def test_upgrade_twice_is_a_no_op(app):
     from flask_migrate import upgrade
 

@@ -30,15 +30,15 @@ depends_on = None
 def upgrade():
     with op.get_context().autocommit_block():
         op.create_index('ix_attempts_project_created', 'attempts', ['project_id', 'created_at'],
-                        unique=False, postgresql_concurrently=True)
+                        unique=False, postgresql_concurrently=True, if_not_exists=True)
         op.create_index('ix_attempts_project_done', 'attempts', ['project_id', 'finished_at'],
-                        unique=False, postgresql_concurrently=True,
+                        unique=False, postgresql_concurrently=True, if_not_exists=True,
                         postgresql_where=sa.text("state = 'done'"))
         op.create_index('ix_attempts_failed_finished', 'attempts', ['finished_at'],
-                        unique=False, postgresql_concurrently=True,
+                        unique=False, postgresql_concurrently=True, if_not_exists=True,
                         postgresql_where=sa.text("state IN ('failed', 'expired')"))
         op.create_index('ix_hook_deliveries_failed', 'hook_deliveries', ['id'], unique=False,
-                        postgresql_concurrently=True, postgresql_where=sa.text("state = 'failed'"))
+                        postgresql_concurrently=True, if_not_exists=True, postgresql_where=sa.text("state = 'failed'"))
 
 
 def downgrade():

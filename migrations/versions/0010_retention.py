@@ -36,12 +36,13 @@ def upgrade():
         sa.Column('last_run_at', sa.DateTime(timezone=True), nullable=True),
         sa.Column('scan_cursor', sa.BigInteger(), server_default='0', nullable=False),
         sa.PrimaryKeyConstraint('kind', name=op.f('pk_retention_stats')),
+        if_not_exists=True,
     )
     with op.get_context().autocommit_block():
         op.create_index('ix_outbox_done', 'outbox', ['done_at'], unique=False,
-                        postgresql_concurrently=True, postgresql_where=sa.text('done_at IS NOT NULL'))
+                        postgresql_concurrently=True, if_not_exists=True, postgresql_where=sa.text('done_at IS NOT NULL'))
         op.create_index('ix_hook_deliveries_finished', 'hook_deliveries', ['updated_at'],
-                        unique=False, postgresql_concurrently=True,
+                        unique=False, postgresql_concurrently=True, if_not_exists=True,
                         postgresql_where=sa.text(FINISHED_DELIVERIES))
 
 

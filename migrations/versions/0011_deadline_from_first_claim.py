@@ -35,13 +35,13 @@ depends_on = None
 
 
 def upgrade():
-    op.add_column('projects', sa.Column('max_worker_attempts', sa.Integer(), nullable=True))
+    op.add_column('projects', sa.Column('max_worker_attempts', sa.Integer(), nullable=True), if_not_exists=True)
     op.execute("UPDATE projects SET max_worker_attempts = 3 WHERE kind = 'pdf'")
     op.execute("UPDATE jobs SET deadline_at = NULL "
                "WHERE state = 'todo' AND attempts_count = 0 AND deadline_at IS NOT NULL")
     with op.get_context().autocommit_block():
         op.create_index('ix_jobs_todo_retries', 'jobs', ['deadline_at'], unique=False,
-                        postgresql_concurrently=True,
+                        postgresql_concurrently=True, if_not_exists=True,
                         postgresql_where=sa.text("state = 'todo' AND attempts_count > 0"))
 
 

@@ -23,7 +23,7 @@ def upgrade():
     with op.get_context().autocommit_block():
         op.create_index('ix_attempts_worker_finished', 'attempts',
                         ['worker_id', sa.text("COALESCE(worker_owner, '')"), 'finished_at'],
-                        unique=False, postgresql_concurrently=True,
+                        unique=False, postgresql_concurrently=True, if_not_exists=True,
                         postgresql_where=sa.text("finished_at IS NOT NULL"))
 
 

@@ -42,6 +42,8 @@ def upgrade():
     op.drop_constraint(op.f('ck_outbox_topic'), 'outbox', type_='check')
     op.create_check_constraint(op.f('ck_outbox_topic'), 'outbox',
                                "topic IN ('archive_commit', 'hook_delivery', 'bulk_jobs')")
+    # Re-runnable: the autocommit block below commits what comes before it,
+    # so an upgrade interrupted during an index build runs this part again.
     op.create_table(
         'bulk_actions',
         sa.Column('id', sa.BigInteger(), autoincrement=True, nullable=False),
@@ -66,19 +68,20 @@ def upgrade():
         sa.ForeignKeyConstraint(['project_id'], ['projects.id'], name=op.f('fk_bulk_actions_project_id_projects'),
                                 ondelete='CASCADE'),
         sa.PrimaryKeyConstraint('id', name=op.f('pk_bulk_actions')),
+        if_not_exists=True,
     )
-    op.create_index('ix_bulk_actions_project', 'bulk_actions', ['project_id', 'id'])
+    op.create_index('ix_bulk_actions_project', 'bulk_actions', ['project_id', 'id'], if_not_exists=True)
     with op.get_context().autocommit_block():
         op.create_index('ix_jobs_value_prefix', 'jobs',
                         ['project_id', sa.text('left(value, 256) text_pattern_ops'), 'id'],
-                        postgresql_concurrently=True)
+                        postgresql_concurrently=True, if_not_exists=True)
         op.create_index('ix_jobs_attr', 'jobs', ['attr'], postgresql_using='gin',
-                        postgresql_ops={'attr': 'jsonb_path_ops'}, postgresql_concurrently=True,
+                        postgresql_ops={'attr': 'jsonb_path_ops'}, postgresql_concurrently=True, if_not_exists=True,
                         postgresql_where=sa.text('attr IS NOT NULL'))
         op.create_index('ix_jobs_error_text', 'jobs', [sa.text("(last_error ->> 'message') gin_trgm_ops")],
-                        postgresql_using='gin', postgresql_concurrently=True,
+                        postgresql_using='gin', postgresql_concurrently=True, if_not_exists=True,
                         postgresql_where=sa.text('last_error IS NOT NULL'))
-        op.create_index('ix_jobs_todo_tried', 'jobs', ['project_id', 'id'], postgresql_concurrently=True,
+        op.create_index('ix_jobs_todo_tried', 'jobs', ['project_id', 'id'], postgresql_concurrently=True, if_not_exists=True,
                         postgresql_where=sa.text("state = 'todo' AND attempts_count > 0"))
 
 

@@ -21,10 +21,10 @@ depends_on = None
 
 
 def upgrade():
-    op.add_column('jobs', sa.Column('site_key', sa.Text(), nullable=True))
+    op.add_column('jobs', sa.Column('site_key', sa.Text(), nullable=True), if_not_exists=True)
     with op.get_context().autocommit_block():
         op.create_index('ix_jobs_site', 'jobs', ['project_id', 'site_key', 'id'], unique=False,
-                        postgresql_concurrently=True, postgresql_where=sa.text('site_key IS NOT NULL'))
+                        postgresql_concurrently=True, if_not_exists=True, postgresql_where=sa.text('site_key IS NOT NULL'))
 
 
 def downgrade():

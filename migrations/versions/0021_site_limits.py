@@ -35,8 +35,9 @@ def upgrade():
         sa.Column('site_key', sa.Text(), primary_key=True),
         sa.Column('site', sa.Text(), nullable=False),
         sa.Column('created_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
+        if_not_exists=True,
     )
-    op.create_index('ix_site_groups_site', 'site_groups', ['site'])
+    op.create_index('ix_site_groups_site', 'site_groups', ['site'], if_not_exists=True)
     op.create_table(
         'site_limits',
         sa.Column('id', sa.BigInteger(), sa.Identity(), primary_key=True),
@@ -50,9 +51,10 @@ def upgrade():
         sa.Column('updated_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
         sa.CheckConstraint('max_in_flight IS NULL OR max_in_flight >= 0', name='max_in_flight'),
         sa.CheckConstraint('max_starts_per_s IS NULL OR max_starts_per_s > 0', name='max_starts_per_s'),
+        if_not_exists=True,
     )
     op.create_index('uq_site_limits_scope', 'site_limits',
-                    ['site', sa.text("COALESCE(project_id, '')")], unique=True)
+                    ['site', sa.text("COALESCE(project_id, '')")], unique=True, if_not_exists=True)
     op.create_table(
         'site_pauses',
         sa.Column('site', sa.Text(), primary_key=True),
@@ -62,10 +64,11 @@ def upgrade():
         sa.Column('strikes', sa.Integer(), server_default='1', nullable=False),
         sa.Column('created_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
         sa.Column('updated_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
+        if_not_exists=True,
     )
     with op.get_context().autocommit_block():
         op.create_index('ix_jobs_live_site', 'jobs', ['site_key', 'project_id'], unique=False,
-                        postgresql_concurrently=True,
+                        postgresql_concurrently=True, if_not_exists=True,
                         postgresql_where=sa.text("state = 'wip' AND site_key IS NOT NULL"))
 
 
