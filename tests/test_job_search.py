@@ -209,3 +209,19 @@ def test_error_filters_match_current_errors_only_and_a_bulk_stays_within_what_wa
         db.session.remove()
     late_id = sql(app, "SELECT id FROM jobs WHERE ext_id = 'late'")[0][0]
     assert {r[0] for r in sql(app, "SELECT id FROM jobs WHERE project_id = 'stale'")} == {late_id}
+
+
+def test_a_bulk_action_past_the_count_cap_reads_as_more_than(pages, api, app):
+    """The search counts at most COUNT_CAP matches: an action over more jobs
+    than that says "more than", never "150,000 of 100,000 (150 %)"."""
+    from app.projects.job_search import COUNT_CAP
+    api.put_project("huge")
+    (action_id,) = sql(app, "INSERT INTO bulk_actions (project_id, action, filter, matched, through_job_id, "
+                            "processed, changed, skipped, created_by) VALUES ('huge', 'requeue', "
+                            "'{\"state\": \"failed\"}', :m, 1, :p, :p, 0, 'user:page-admin') RETURNING id",
+                       m=COUNT_CAP, p=COUNT_CAP + 50_000)[0]
+    progress = pages.text(f"/admin/projects/huge/bulk/{action_id}/live")
+    assert "150,000 of more than 100,000 matching jobs looked at: 150,000 requeued, 0 skipped." in progress
+    assert "%" not in progress.split('id="bulk-state"', 1)[1].split("</p>", 1)[0]
+    assert '<progress aria-label="progress"></progress>' in progress      # activity, not a share
+

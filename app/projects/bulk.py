@@ -23,7 +23,7 @@ from app.errors import InvalidRequest, NotFound
 from app.extensions import db
 from app import outbox
 from app.projects import jobs_admin, service, wakeups
-from app.projects.job_search import JobFilter, count
+from app.projects.job_search import COUNT_CAP, JobFilter, count
 from app.projects.models import BULK_ACTIONS
 
 TOPIC = "bulk_jobs"
@@ -87,6 +87,8 @@ def _view(row) -> dict:
     out = dict(row)
     for name in ("created_at", "updated_at", "finished_at"):
         out[name] = out[name].timestamp() if out[name] is not None else None
+    # The search counts matches up to its cap: past it, "matched" is a lower bound.
+    out["matched_capped"] = row["matched"] >= COUNT_CAP
     out["percent"] = 100.0 if row["state"] == "done" else (
         min(99.9, 100.0 * row["processed"] / row["matched"]) if row["matched"] else 0.0)
     return out
