@@ -60,6 +60,11 @@ def render_queue_metrics() -> str:
               "# TYPE fleethq_queue_depth gauge"]
     for project_id, by_state in sorted(job_counts.items()):
         lines.append(f'fleethq_queue_depth{{project="{_label(project_id)}"}} {by_state["todo"]}')
+    lines += ["# HELP fleethq_oldest_queued_seconds How long the oldest queued job has waited "
+              "since it was enqueued (0: nothing queued)",
+              "# TYPE fleethq_oldest_queued_seconds gauge"]
+    for project_id, age in sorted(counters.oldest_queued_s(project_ids).items()):
+        lines.append(f'fleethq_oldest_queued_seconds{{project="{_label(project_id)}"}} {round(age or 0.0, 3)}')
     lines += _hook_metrics(project_ids)
     lines += _spool_metrics()
     lines += _site_metrics()

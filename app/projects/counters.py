@@ -23,6 +23,24 @@ def job_counts(project_ids: list[str]) -> dict[str, dict[str, int]]:
     return result
 
 
+# One index probe per project (ix_jobs_todo_fifo: its first entry), however
+# deep the queue.
+_OLDEST_QUEUED = """
+SELECT p.id, extract(epoch FROM now() - o.created_at)
+FROM unnest(CAST(:ids AS text[])) AS p(id)
+LEFT JOIN LATERAL (SELECT created_at FROM jobs
+                   WHERE project_id = p.id AND state = 'todo'
+                   ORDER BY created_at, id LIMIT 1) o ON true
+"""
+
+
+def oldest_queued_s(project_ids: list[str]) -> dict[str, float | None]:
+    """How long each project's oldest queued job has waited since it was
+    enqueued, in seconds (None: nothing queued)."""
+    rows = db.session.execute(text(_OLDEST_QUEUED), {"ids": list(project_ids)})
+    return {pid: None if age is None else max(0.0, float(age)) for pid, age in rows}
+
+
 def attempt_totals() -> dict[str, dict[str, int]]:
     result: dict[str, dict[str, int]] = {}
     rows = db.session.execute(text(

@@ -13,7 +13,7 @@ from app.hooks import deliveries
 from app.ops import retention_stats
 from app.pages import aggregates, charts
 from app.pages.admin.base import bp
-from app.projects import service
+from app.projects import counters, service
 from app.uploads import spool
 
 
@@ -22,7 +22,9 @@ def live_context() -> dict:
     projects = service.list_summaries()
     ids = [p["id"] for p in projects]
     _, per_minute = aggregates.throughput(ids)
+    waited = counters.oldest_queued_s(ids)
     for p in projects:
+        p["oldest_queued_s"] = waited.get(p["id"])
         claims = per_minute["claims"][p["id"]][-charts.HOUR:]
         completions = per_minute["completions"][p["id"]][-charts.HOUR:]
         p["claims_hour"], p["completions_hour"] = sum(claims), sum(completions)

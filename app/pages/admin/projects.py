@@ -11,7 +11,7 @@ from app.errors import FleetError, InvalidRequest, NotFound
 from app.extensions import db
 from app.pages import aggregates, charts
 from app.pages.admin.base import attempt, bp, done, explain, refuse
-from app.projects import bulk, jobs_admin, policy, service
+from app.projects import bulk, counters, jobs_admin, policy, service
 from app.projects.models import JOB_STATES, PROJECT_KINDS
 from workers.wire.policy import FIELDS, INTEGER, RATE
 
@@ -158,7 +158,8 @@ def project(project_id):
                            editable=EDITABLE, number_fields=NUMBER_FIELDS,
                            policy_choices={f.name: f.choices for f in FIELDS if f.choices},
                            policy_help=policy.HELP, reason_max=audit.REASON_MAX,
-                           bulk_actions=bulk.recent(project_id, 5))
+                           bulk_actions=bulk.recent(project_id, 5),
+                           oldest_queued_s=counters.oldest_queued_s([project_id]).get(project_id))
 
 
 @bp.post("/projects/<segment:project_id>/policy")
