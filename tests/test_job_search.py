@@ -225,3 +225,22 @@ def test_a_bulk_action_past_the_count_cap_reads_as_more_than(pages, api, app):
     assert "%" not in progress.split('id="bulk-state"', 1)[1].split("</p>", 1)[0]
     assert '<progress aria-label="progress"></progress>' in progress      # activity, not a share
 
+
+
+def test_search_says_how_many_jobs_match_when_it_costs_nothing_or_when_asked(pages, api, app):
+    api.put_project("counted")
+    api.enqueue("counted", [{"id": f"c{i}", "value": f"v{i}"} for i in range(120)]
+                + [{"id": "w1", "value": "w1"}])
+
+    def heading(query):
+        page = pages.text(f"/admin/projects/counted/jobs/search?{query}")
+        return page.split('id="match-count">', 1)[1].split("</h2>", 1)[0].strip()
+    assert heading("value_prefix=w") == "1 job matches, newest first"        # one page: as shown
+    assert heading("") == "121 jobs match, newest first"                     # every job: the counters
+    assert heading("state=todo") == "121 jobs match, newest first"           # one state: the counters
+    # Any other filter past one page is counted when asked: it may take a scan.
+    unasked = heading("value_prefix=v")
+    assert unasked.startswith("Matching jobs, newest first") and "count=1" in unasked
+    assert heading("value_prefix=v&count=1") == "120 jobs match, newest first"
+    zh = pages.text("/zh/admin/projects/counted/jobs/search?value_prefix=w")
+    assert "1 个任务匹配" in zh.split('id="match-count">', 1)[1].split("</h2>", 1)[0]

@@ -17,7 +17,7 @@ from app import audit
 from app.errors import FleetError, InvalidRequest, NotFound
 from app.extensions import db
 from app.pages.admin.base import actor, bp, cursor_arg, done, explain, form_reason, go, refuse
-from app.projects import bulk, job_search, service
+from app.projects import bulk, counters, job_search, service
 from app.projects.models import BULK_ACTIONS, JOB_STATES
 from workers.wire.protocol import JOB_TYPES
 
@@ -42,14 +42,32 @@ def job_search_page(project_id):
         result = job_search.search(project_id, found, before_id=cursor_arg())
     except InvalidRequest as exc:
         error = exc.message
+    matches = _match_count(project_id, found, result) if result and cursor_arg() is None else None
     older = result and result["next_before_id"] and url_for(
         "admin.job_search_page", project_id=project_id, before_id=result["next_before_id"],
         **_filter_args(found))
     page = render_template("admin/job_search.html", project_id=project_id, found=found,
-                           args=request.args, result=result, error=error, older=older,
+                           args=request.args, result=result, error=error, older=older, matches=matches,
                            states=JOB_STATES, types=JOB_TYPES, actions=BULK_ACTIONS,
                            filter_args=_filter_args(found), max_chars=job_search.Q_MAX_CHARS)
     return page, 400 if error else 200
+
+
+def _match_count(project_id: str, found, result: dict) -> tuple[int, bool] | None:
+    """How many jobs the search's first page stands for, (count, exact),
+    when that costs nothing more than the page: it shows them all, or the
+    filter is every job or one state (the counters know). Any other filter is
+    counted only when asked (``count=1``): a rare error among millions takes
+    a scan the page would otherwise never pay for."""
+    if result["next_before_id"] is None:
+        return len(result["jobs"]), True
+    asked = found.as_dict()
+    if not asked or set(asked) == {"state"}:
+        by_state = counters.job_counts([project_id])[project_id]
+        return (by_state[asked["state"]] if asked else sum(by_state.values())), True
+    if request.args.get("count") == "1":
+        return job_search.count(project_id, found)
+    return None
 
 
 @bp.get("/projects/<segment:project_id>/jobs/bulk-confirm")
