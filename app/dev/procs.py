@@ -88,14 +88,21 @@ class Stack:
         # gunicorn's workers, Chromium) in the group, still holding
         # database connections.
         children = list(self.children.values())
-        for child in children:
-            child.signal_group(signal.SIGTERM)
-        deadline = time.monotonic() + 20
-        for child in children:
-            if not child.wait_group(max(0.1, deadline - time.monotonic())):
-                say("devstack", f"{child.name} did not stop in time: killing it")
-                child.signal_group(signal.SIGKILL)
-                child.wait_group(5)
+        names = [child.name for child in children]
+        after_web = names.index("web") + 1 if "web" in names else 0
+        # What started after web (the fetcher, the OCR lanes, tasks) stops
+        # first: a worker that stops sends a last heartbeat offering no slot
+        # (the workers page then says "signed off", not "stale"), and that
+        # needs web still answering.
+        for wave in (children[after_web:], children[:after_web]):
+            for child in wave:
+                child.signal_group(signal.SIGTERM)
+            deadline = time.monotonic() + 20
+            for child in wave:
+                if not child.wait_group(max(0.1, deadline - time.monotonic())):
+                    say("devstack", f"{child.name} did not stop in time: killing it")
+                    child.signal_group(signal.SIGKILL)
+                    child.wait_group(5)
         for name, stop in reversed(self.stoppers):
             try:
                 stop()
