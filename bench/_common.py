@@ -2,6 +2,8 @@
 an admin token, and a gunicorn master on a free port."""
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import resource
 import socket
@@ -120,6 +122,24 @@ def api(base: str, token: str):
     session = requests.Session()
     session.headers.update({"Authorization": f"Bearer {token}", "X-Client-Version": VERSION})
     return session
+
+
+def json_poster(base: str, token: str):
+    """POST JSON on one kept-alive connection, as a worker does; returns the
+    answer's JSON (anything but 200 raises)."""
+    host, port = base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    headers = {"Authorization": f"Bearer {token}", "X-Client-Version": VERSION,
+               "Content-Type": "application/json"}
+
+    def post(path: str, body: dict) -> dict:
+        conn.request("POST", path, body=json.dumps(body), headers=headers)
+        response = conn.getresponse()
+        data = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"{path}: {response.status} {data[:300]!r}")
+        return json.loads(data)
+    return post
 
 
 def flask_cli(db_url: str, *args: str) -> str:

@@ -8,14 +8,13 @@ Last line: ``claim_throughput jobs_per_s=N baseline_jobs_per_s=M ratio=R``
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import threading
 import time
 
 import psycopg
 
-from _common import VERSION, admin_token, api, fresh_database, gunicorn
+from _common import VERSION, admin_token, api, fresh_database, gunicorn, json_poster
 
 from app.extensions import driver_sql
 from app.projects import leasing, outcomes
@@ -35,18 +34,7 @@ def http_worker(base, token, project, worker_id, done_counter, lock):
     # ``requests``: on two shared cores every millisecond the client spends is
     # taken from the master under test, and ``requests`` costs about 0.85 ms of
     # CPU a call against 0.15 ms here (the baseline's client is psycopg's C code).
-    host, port = base.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=60)
-    headers = {"Authorization": f"Bearer {token}", "X-Client-Version": VERSION,
-               "Content-Type": "application/json"}
-
-    def post(path, body):
-        conn.request("POST", path, body=json.dumps(body), headers=headers)
-        response = conn.getresponse()
-        data = response.read()
-        if response.status != 200:
-            raise RuntimeError(f"{path}: {response.status} {data[:200]!r}")
-        return json.loads(data)
+    post = json_poster(base, token)
 
     claim_path = f"/api/v1/projects/{project}/jobs/claim"
     complete_path = f"/api/v1/projects/{project}/jobs/complete"

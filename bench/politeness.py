@@ -32,13 +32,12 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from _common import VERSION, admin_token, api, fresh_database, gunicorn
+from _common import VERSION, admin_token, api, fresh_database, gunicorn, json_poster
 
 from workers.runner.shares import Shares
 
@@ -119,20 +118,9 @@ class Slot(threading.Thread):
         self.publisher_port, self.run_state = publisher_port, run
 
     def run(self):
-        host, port = self.base.removeprefix("http://").split(":")
-        master = http.client.HTTPConnection(host, int(port), timeout=60)
+        post = json_poster(self.base, self.token)
         pub = http.client.HTTPConnection("127.0.0.1", self.publisher_port, timeout=60)
-        headers = {"Authorization": f"Bearer {self.token}", "X-Client-Version": VERSION,
-                   "Content-Type": "application/json"}
         worker = f"slot-{self.index}"
-
-        def post(path, body):
-            master.request("POST", path, body=json.dumps(body), headers=headers)
-            response = master.getresponse()
-            data = response.read()
-            if response.status != 200:
-                raise RuntimeError(f"{path}: {response.status} {data[:300]!r}")
-            return json.loads(data)
 
         shares = Shares()
         shares.weigh(post("/api/v1/fleet/heartbeat", {

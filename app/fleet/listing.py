@@ -7,7 +7,22 @@ from app.extensions import db
 
 MAX_ROWS = 500
 
-_WORKERS = """
+
+def stale_sql(t: str, *, token: bool) -> str:
+    """The one rule of a stale worker (``:stale`` seconds), for the list and
+    the dashboard's count alike: silent longer than that since it was last
+    heard. Never stale: a token worker that never sent a heartbeat (an SDK
+    worker that only claims, by design), nor a worker whose last heartbeat
+    offered no slot (it signed off: SIGTERM, a host going to sleep)."""
+    window = "now() - make_interval(secs => :stale)"
+    if token:
+        return (f"({t}.last_heartbeat_at IS NOT NULL AND {t}.capacity IS DISTINCT FROM 0 "
+                f"AND GREATEST({t}.last_heartbeat_at, {t}.last_seen_at) < {window})")
+    return (f"({t}.last_heartbeat_at IS NULL OR ({t}.capacity IS DISTINCT FROM 0 "
+            f"AND {t}.last_heartbeat_at < {window}))")
+
+
+_WORKERS = f"""
 WITH live AS (
     -- An expired lease is not running any more: the reaper will requeue it.
     SELECT worker_id, worker_owner, count(*) AS running FROM jobs
@@ -22,14 +37,15 @@ SELECT * FROM (
            n.browser_ok, n.disk_free_bytes, n.spool_bytes, n.last_error, n.created_at,
            n.last_heartbeat_at, extract(epoch FROM now() - n.last_heartbeat_at) AS heartbeat_age_s,
            COALESCE(l.running, 0) AS running, COALESCE(h.files, 0) AS held_files,
-           COALESCE(h.bytes, 0) AS held_bytes, n.tier, n.local
+           COALESCE(h.bytes, 0) AS held_bytes, n.tier, n.local, {stale_sql('n', token=False)} AS stale
     FROM fleet_nodes n LEFT JOIN live l ON l.worker_id = n.id AND l.worker_owner IS NULL
     LEFT JOIN held h ON h.worker_id = n.id AND h.worker_owner IS NULL
     UNION ALL
     SELECT 'token', t.worker_id, t.user_id, t.worker_id, t.status, t.capacity, t.browser_ok,
            t.disk_free_bytes, t.spool_bytes, t.last_error, t.first_seen_at, t.last_heartbeat_at,
            extract(epoch FROM now() - GREATEST(t.last_heartbeat_at, t.last_seen_at)),
-           COALESCE(l.running, 0), COALESCE(h.files, 0), COALESCE(h.bytes, 0), t.tier, false
+           COALESCE(l.running, 0), COALESCE(h.files, 0), COALESCE(h.bytes, 0), t.tier, false,
+           {stale_sql('t', token=True)}
     FROM token_workers t LEFT JOIN live l ON l.worker_id = t.worker_id AND l.worker_owner = t.user_id
     LEFT JOIN held h ON h.worker_id = t.worker_id AND h.worker_owner = t.user_id
 ) w
@@ -39,15 +55,13 @@ LIMIT :n
 
 
 def workers(stale_after_s: float, limit: int = MAX_ROWS) -> list[dict]:
-    rows = db.session.execute(text(_WORKERS), {"n": min(limit, MAX_ROWS)}).mappings().all()
+    rows = db.session.execute(text(_WORKERS), {"n": min(limit, MAX_ROWS),
+                                                "stale": float(stale_after_s)}).mappings().all()
     out = []
     for r in rows:
         age = None if r["heartbeat_age_s"] is None else round(float(r["heartbeat_age_s"]), 1)
         heartbeats = r["kind"] == "node" or r["last_heartbeat_at"] is not None
-        # A worker that stopped cleanly said so: its last heartbeat offered
-        # no slot (SIGTERM, a host going to sleep). Silence after that is
-        # expected, not an alarm.
-        signed_off = r["last_heartbeat_at"] is not None and r["capacity"] == 0
+        signed_off = r["last_heartbeat_at"] is not None and r["capacity"] == 0   # see stale_sql
         out.append({
             "kind": r["kind"], "worker_id": r["worker_id"], "user_id": r["user_id"], "name": r["name"],
             "status": r["status"], "capacity": r["capacity"], "running": int(r["running"]),
@@ -56,11 +70,9 @@ def workers(stale_after_s: float, limit: int = MAX_ROWS) -> list[dict]:
             "created_at": int(r["created_at"].timestamp()),
             "last_heartbeat_at": int(r["last_heartbeat_at"].timestamp()) if r["last_heartbeat_at"] else None,
             # A token worker that never sent a heartbeat is an SDK worker
-            # (claims only, by design): its age is when it was last seen,
-            # and it is never stale for the lack of heartbeats.
+            # (claims only): its age is when it was last seen.
             "heartbeats": heartbeats, "signed_off": signed_off,
-            "heartbeat_age_s": age,
-            "stale": heartbeats and not signed_off and (age is None or age > stale_after_s),
+            "heartbeat_age_s": age, "stale": bool(r["stale"]),
             "held_files": int(r["held_files"]), "held_bytes": int(r["held_bytes"]),
             "tier": r["tier"], "local": bool(r["local"]),
         })

@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import text
 
 from app.extensions import db
+from app.fleet.listing import stale_sql
 
 DAY_MINUTES = 24 * 60
 BACKLOG_CAP = 100_000
@@ -137,19 +138,14 @@ def per_minute_average(values: list[int], width: int) -> list[float]:
     return [sum(values[i:i + width]) / width for i in range(0, len(values), width)]
 
 
-_WORKERS = """
+_WORKERS = f"""
 SELECT 'node' AS kind, status, count(*) AS n,
-       count(*) FILTER (WHERE status IN ('active', 'draining') AND (last_heartbeat_at IS NULL
-                        OR (last_heartbeat_at < now() - make_interval(secs => :stale)
-                            AND capacity IS DISTINCT FROM 0))) AS stale
-FROM fleet_nodes GROUP BY status
+       count(*) FILTER (WHERE status IN ('active', 'draining') AND {stale_sql('n', token=False)}) AS stale
+FROM fleet_nodes n GROUP BY status
 UNION ALL
 SELECT 'token', status, count(*),
-       count(*) FILTER (WHERE status IN ('active', 'draining')
-                        AND last_heartbeat_at < now() - make_interval(secs => :stale)
-                        AND capacity IS DISTINCT FROM 0
-                        AND last_seen_at < now() - make_interval(secs => :stale))
-FROM token_workers GROUP BY status
+       count(*) FILTER (WHERE status IN ('active', 'draining') AND {stale_sql('t', token=True)})
+FROM token_workers t GROUP BY status
 """
 
 

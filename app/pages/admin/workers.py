@@ -24,6 +24,7 @@ from app.fleet.models import TIERS
 from app.pages import aggregates
 from app.pages.admin import lookups as admin_lookups
 from app.pages.admin.base import actor, attempt, bp, form_reason, refuse, shown_once
+from app.pages.auth import LOOPBACK
 from app.pages.links import master_url
 from app.uploads import held
 from app.uploads.spool import Spool, in_store
@@ -226,7 +227,7 @@ def worker_command(credential: str) -> str:
     parts = urlsplit(master)
     dev = bool(current_app.config.get("DEV_MODE"))
     args = [".venv/bin/fleethq-worker" if dev else "fleethq-worker", "run", "--master", master]
-    if parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost", "::1"):
+    if parts.scheme == "http" and parts.hostname in (*LOOPBACK, "localhost"):
         args.append("--allow-http")
     args += ["--volume", f"var/worker-{secrets.token_hex(3)}" if dev else "/data",
              "--enroll", credential, "--project", DEV_PROJECT if dev else "PROJECT"]
