@@ -23,6 +23,7 @@ from datetime import datetime, timedelta, UTC
 
 from flask import Flask, g, request
 from flask_babel import Babel, format_datetime, format_decimal, format_timedelta, get_locale
+from markupsafe import Markup
 
 LANGUAGES = ("en", "zh")
 LABELS = {"en": "English", "zh": "中文"}
@@ -98,12 +99,37 @@ def number(value) -> str:
 
 
 def utc_time(epoch) -> str:
-    """UNIX seconds with the UTC date and time beside them, in the language's form."""
+    """An instant as the UTC date and time in the language's form ("2025-12-01 19:03:49 UTC")."""
     if epoch is None:
         return "—"
     moment = datetime.fromtimestamp(float(epoch), tz=UTC)
-    pattern = TIME_PATTERNS[page_language()]
-    return f"{int(float(epoch))} ({format_datetime(moment, pattern, rebase=False)} UTC)"
+    return f"{format_datetime(moment, TIME_PATTERNS[page_language()], rebase=False)} UTC"
+
+
+def _time_element(epoch, text, mode: str) -> Markup:
+    """``<time>`` carrying the instant for ``static/local-time.js``, which
+    shows in the viewer's zone: as the text (mode "text") or, beside a
+    relative age, on hover (mode "hover"). The hover keeps UTC and the UNIX
+    seconds that SavewebHQ's API and scripts speak. Without script the UTC
+    text stays."""
+    iso = datetime.fromtimestamp(float(epoch), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    hover = f"{utc_time(epoch)} · {int(float(epoch))}"
+    return Markup('<time datetime="{}" title="{}" data-local="{}">{}</time>').format(iso, hover, mode, text)
+
+
+def time_tag(epoch) -> Markup:
+    """The one way pages show an instant: its date and time in the viewer's
+    zone (UTC until the script runs), UTC on hover."""
+    if epoch is None:
+        return Markup("—")
+    return _time_element(epoch, utc_time(epoch), "text")
+
+
+def ago_tag(epoch) -> Markup:
+    """How long ago an instant was ("5 minutes ago"), its exact time on hover."""
+    if epoch is None:
+        return Markup("—")
+    return _time_element(epoch, ago(epoch), "hover")
 
 
 def span(seconds) -> str:
@@ -148,5 +174,5 @@ def init_app(app: Flask) -> None:
         return response
 
 
-__all__ = ["LANGUAGES", "LanguagePrefix", "ago", "byte_size", "get_locale", "init_app", "number",
-           "page_language", "span", "switch_links", "utc_time"]
+__all__ = ["LANGUAGES", "LanguagePrefix", "ago", "ago_tag", "byte_size", "get_locale", "init_app", "number",
+           "page_language", "span", "switch_links", "time_tag", "utc_time"]

@@ -94,11 +94,13 @@ def test_the_switcher_stays_under_a_master_mounted_on_a_sub_path(app):
 def test_numbers_and_dates_follow_the_language(app, client, admin_token):
     from app import i18n
     with app.test_request_context("/admin", headers={"Cookie": "lang=zh"}):
-        assert i18n.utc_time(1764615829) == "1764615829 (2025年12月1日 19:03:49 UTC)"
+        assert i18n.utc_time(1764615829) == "2025年12月1日 19:03:49 UTC"
+        assert 'title="2025年12月1日 19:03:49 UTC · 1764615829"' in i18n.time_tag(1764615829)
         assert i18n.span(180) == "3分钟"
         assert i18n.number(1234567) == "1,234,567"
     with app.test_request_context("/admin", headers={"Cookie": "lang=en"}):
-        assert i18n.utc_time(1764615829) == "1764615829 (2025-12-01 19:03:49 UTC)"
+        assert i18n.utc_time(1764615829) == "2025-12-01 19:03:49 UTC"
+        assert '<time datetime="2025-12-01T19:03:49Z"' in i18n.time_tag(1764615829)
         assert i18n.span(180) == "3 minutes"
 
 

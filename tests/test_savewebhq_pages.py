@@ -108,5 +108,6 @@ def test_job_page_links_the_worker_and_opens_the_archived_file(pages, app, clien
     got = requests.get(live_server.url + target, timeout=10)  # the store, not this page, serves it
     assert got.status_code == 200 and hashlib.sha256(got.content).hexdigest() == hashlib.sha256(scan).hexdigest()
     assert pages.get(f"/admin/jobs/{job['job_id']}/file/999").status_code == 404
-    # Times: UNIX seconds, UTC beside them.
-    assert re.search(r"<th>created</th><td>\d{10} \(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)</td>", page)
+    # Times: UTC (the viewer's zone once local-time.js runs), the UNIX seconds on hover.
+    assert re.search(r'<th>created</th><td><time datetime="[0-9T:-]+Z" title="[^"]+ UTC · \d{10}" '
+                     r'data-local="text">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time></td>', page)

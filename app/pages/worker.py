@@ -13,7 +13,6 @@ from flask import Blueprint, current_app, flash, redirect, render_template, url_
 from flask_babel import gettext as _
 from sqlalchemy import text
 
-from app import i18n
 from app.accounts import service as accounts
 from app.extensions import db
 from app.pages.auth import current_user, login_required_active
@@ -33,30 +32,27 @@ ORDER BY last_seen_at DESC LIMIT :n
 """)
 
 
-def _age(epoch, now: float) -> str:
-    if epoch is None:
-        return _("never")
-    return i18n.ago(min(float(epoch), now))
-
-
-def _stamp(epoch) -> str | None:
-    return None if epoch is None else time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(float(epoch)))
+def _epoch(value, now: float) -> float | None:
+    """A database instant as UNIX seconds for the time filters, never in the future."""
+    return None if value is None else min(float(value), now)
 
 
 def own_workers(user_id: str) -> list[dict]:
     stale_s = current_app.config["WORKER_STALE_S"]
     now = time.time()
     rows = db.session.execute(_WORKERS, {"u": user_id, "n": MAX_WORKERS_SHOWN}).all()
-    return [{"worker_id": r[0], "status": r[1], "last_seen": _age(r[2], now),
-             "last_heartbeat": _age(r[3], now), "last_heartbeat_at": _stamp(r[3]),
-             "stale": r[3] is None or now - float(r[3]) > stale_s,
+    # A worker on an SDK never heartbeats by design: only one whose
+    # heartbeats stopped is stale.
+    return [{"worker_id": r[0], "status": r[1], "last_seen_at": _epoch(r[2], now),
+             "last_heartbeat_at": _epoch(r[3], now),
+             "stale": r[3] is not None and now - float(r[3]) > stale_s,
              "capacity": r[4], "browser_ok": r[5], "last_error": r[6]} for r in rows]
 
 
 def _token_view(user_id: str) -> dict:
     meta = accounts.token_metadata(user_id)
     return {"exists": meta["exists"], "viewable": meta["viewable"],
-            "created_at": _stamp(meta["created_at"]), "last_used_at": _stamp(meta["last_used_at"])}
+            "created_at": meta["created_at"], "last_used_at": meta["last_used_at"]}
 
 
 def _page(shown_token: str | None = None, rotated: bool = False):

@@ -14,7 +14,11 @@ document.addEventListener("DOMContentLoaded", function () {
           if (response.redirected) { clearInterval(timer); return null; }
           return response.ok ? response.text() : null;
         })
-        .then(function (html) { if (html !== null) { el.innerHTML = html; } })
+        .then(function (html) {
+          if (html === null) { return; }
+          el.innerHTML = html;
+          if (window.fleethqLocalTimes) { window.fleethqLocalTimes(el); }  // local-time.js
+        })
         .catch(function () { /* transient network error: try again next tick */ });
     }, every);
   });

@@ -123,7 +123,7 @@ def _ago(epoch) -> str:
     """How long ago a UNIX time was, rounded for people ("5 minutes ago")."""
     if epoch is None:
         return gettext("never")
-    return i18n.ago(epoch)
+    return i18n.ago_tag(epoch)
 
 
 @bp.app_template_filter("admin_age")
@@ -138,9 +138,8 @@ def _bytes(size) -> str:
 
 @bp.app_template_filter("admin_time")
 def _time(epoch) -> str:
-    """UNIX seconds with UTC beside them, as SavewebHQ's pages show times:
-    the number is what its API and scripts speak, the date what people read."""
-    return i18n.utc_time(epoch)
+    """An instant in the viewer's zone, UTC and the UNIX seconds on hover."""
+    return i18n.time_tag(epoch)
 
 
 @bp.app_template_filter("admin_json")
