@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 import io
 import re
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 
@@ -21,7 +21,9 @@ from workers.wire.source import write_source
 
 
 def job_ids(page_html: str) -> list[int]:
-    return [int(i) for i in re.findall(r'href="/admin/jobs/(\d+)"', page_html)]
+    """The job links of a project page's job list (its #jobs section)."""
+    listed = re.search(r'<section class="card" id="jobs">.*?</section>', page_html, re.S)
+    return [int(i) for i in re.findall(r'href="/admin/jobs/(\d+)"', listed.group(0) if listed else page_html)]
 
 
 # ------------------------------------------------------------------ access
@@ -109,9 +111,11 @@ def test_throughput_aggregates_per_minute_with_settled_cache(app, pages, api):
     with app.app_context():
         _, series = aggregates.throughput(["gamma"])
         claims, done = series["claims"]["gamma"], series["completions"]["gamma"]
+        failed = series["failures"]["gamma"]
         assert len(claims) == aggregates.DAY_MINUTES
         assert claims[-11] == 4 and claims[-181] == 1 and sum(claims) == 5
         assert done[-10] == 2 and done[-180] == 1 and sum(done) == 3
+        assert failed[-10] == 1 and sum(failed) == 1
         # Settled minutes come from the cache now: a row slipped into the past
         # is not re-read, a new claim in the current minute is.
         sql(app, "INSERT INTO attempts (job_id, project_id, worker_id, state, created_at, "
@@ -121,7 +125,18 @@ def test_throughput_aggregates_per_minute_with_settled_cache(app, pages, api):
         assert sum(series["claims"]["gamma"]) == 6
         db.session.remove()
     page = pages.text("/admin/projects/gamma")
-    assert "peak 4/min" in page
+    assert "claims (peak 4/min)" in page and "failures (peak 1/min)" in page
+    # Clock times on round ten minutes along the axis (UTC here, the viewer's
+    # clock once local-time.js runs), and each minute's values on hover.
+    utc_now = now.astimezone(UTC)
+    tick = utc_now - timedelta(minutes=utc_now.minute % 10)
+    assert f'data-clock="{int(tick.timestamp())}">{tick:%H:%M}</text>' in page
+    assert f'data-clock="{int((tick - timedelta(minutes=10)).timestamp())}">' in page
+    nine_ago = utc_now - timedelta(minutes=9)
+    assert f">{nine_ago:%H:%M} — claims 0 · completions 2 · failures 1/min</title>" in page
+    assert f">{(nine_ago - timedelta(minutes=1)):%H:%M} — claims 4 · completions 0 · failures 0/min</title>" in page
+    zh = pages.text("/zh/admin/projects/gamma")
+    assert "失败" in zh and "failures (peak" not in zh
 
 
 # ------------------------------------------------------------------ projects

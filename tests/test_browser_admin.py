@@ -50,7 +50,7 @@ def test_project_enqueue_paste_and_zst_requeue_and_escaping(page, site, api, tmp
     page.click("#enqueue-values button[type=submit]")
     assert flash(page) == "3 jobs submitted: 3 new."
     # The value is text on the page, and nothing ran (a dialog would fail the test).
-    assert page.locator("#jobs td.wrap", has_text=XSS).count() == 1
+    assert page.locator("#jobs td.value", has_text=XSS).count() == 1
     assert page.locator("#jobs script").count() == 0
 
     source = tmp_path / "jobs.jsonl.zst"
@@ -67,8 +67,17 @@ def test_project_enqueue_paste_and_zst_requeue_and_escaping(page, site, api, tmp
                        {"worker_id": "w1", "max_jobs": 2, "lease_seconds": 60}).json()["jobs"]
     assert api.fail("crawl", claimed, retryable=False, code="http_410").status_code == 200
     page.goto(f"{site.url}/admin")
-    assert "http_410" in page.inner_text("#recent-errors")
+    # Errors grouped by code: one row for the two failures, its counts
+    # opening the job search filtered by that code, counted.
+    group = page.locator("#recent-errors tbody tr", has_text="http_410")
+    assert group.count() == 1
+    assert group.locator("td.num").all_inner_texts() == ["2", "2"]
     shot(page, "dashboard")
+    group.locator("td.num a").first.click()
+    page.wait_for_url("**/admin/projects/crawl/jobs/search?*error_code=http_410*")
+    assert "2 jobs match" in page.inner_text("main")
+    page.goto(f"{site.url}/admin/projects/crawl")
+    assert page.locator("#errors tbody tr", has_text="http_410").locator("td.num").all_inner_texts() == ["2", "2"]
 
     page.goto(f"{site.url}/admin/projects/crawl")
     page.select_option("#status-filter", "failed")

@@ -8,7 +8,9 @@ five million:
   day, an index-only range scan of ``ix_attempts_project_created``;
 - completions per minute: ``finished_at`` of done attempts, from the partial
   index ``ix_attempts_project_done``;
-- recent errors: the small partial index ``ix_attempts_failed_finished``;
+- failures per minute, recent errors and errors by code: the small partial
+  index ``ix_attempts_failed_finished`` (errors by code read at most the
+  newest ``ERROR_SCAN_CAP`` of the day);
 - staged and outbox backlog: counts capped at ``BACKLOG_CAP`` rows, so an
   outage backlog never turns the dashboard into a long count.
 
@@ -39,6 +41,11 @@ _SERIES_SQL = {
     "completions": "SELECT project_id, date_trunc('minute', finished_at), count(*) FROM attempts "
                    "WHERE project_id = ANY(:ids) AND state = 'done' AND finished_at >= :since "
                    "GROUP BY 1, 2",
+    # Failed and expired attempts (ix_attempts_failed_finished): the series
+    # an operator looks for first when completions fall.
+    "failures": "SELECT project_id, date_trunc('minute', finished_at), count(*) FROM attempts "
+                "WHERE state IN ('failed', 'expired') AND finished_at >= :since "
+                "AND project_id = ANY(:ids) GROUP BY 1, 2",
 }
 KINDS = tuple(_SERIES_SQL)
 
@@ -192,6 +199,52 @@ WHERE a.state IN ('failed', 'expired') AND a.finished_at >= now() - make_interva
 ORDER BY a.finished_at DESC
 LIMIT :n
 """
+
+
+# Errors by code read at most this many of the newest failed attempts of the
+# day: a mass failure (a publisher down for a day) costs a bounded scan, and
+# the page says its counts are of the newest ERROR_SCAN_CAP.
+ERROR_SCAN_CAP = 10_000
+
+_ERROR_GROUPS = """
+SELECT project_id, code, count(*) AS attempts, count(DISTINCT job_id) AS jobs,
+       max(finished_at) AS last_at, (array_agg(job_id ORDER BY finished_at DESC))[1] AS last_job,
+       (array_agg(message ORDER BY finished_at DESC))[1] AS message,
+       sum(count(*)) OVER () AS scanned
+FROM (SELECT a.project_id, a.job_id, a.finished_at,
+             COALESCE(a.error -> 'error' ->> 'code', a.error ->> 'code',
+                      CASE WHEN a.state = 'expired' THEN 'lease_expired' END, 'unknown') AS code,
+             COALESCE(a.error -> 'error' ->> 'message', a.error ->> 'message') AS message
+      FROM attempts a
+      WHERE a.state IN ('failed', 'expired') AND a.finished_at >= now() - make_interval(secs => :window)
+        {project_filter}
+      ORDER BY a.finished_at DESC
+      LIMIT :cap) s
+GROUP BY project_id, code
+ORDER BY attempts DESC, last_at DESC
+LIMIT :n
+"""
+
+
+def error_groups(project_id: str | None = None, *, limit: int = 20, window_s: int = 86400) -> dict:
+    """Failed and expired attempts of the last ``window_s`` seconds grouped by
+    project and error code, the largest group first: how many attempts, how
+    many jobs, the newest one's job and message.
+
+    Returns:
+        ``{"groups": [...], "capped": bool}``; capped when the newest
+        ``ERROR_SCAN_CAP`` attempts were all the scan read.
+    """
+    params: dict = {"window": window_s, "cap": ERROR_SCAN_CAP, "n": limit}
+    project_filter = ""
+    if project_id is not None:
+        project_filter, params["p"] = "AND a.project_id = :p", project_id
+    rows = db.session.execute(text(_ERROR_GROUPS.format(project_filter=project_filter)), params).mappings().all()
+    groups = [{"project_id": r["project_id"], "code": r["code"], "attempts": int(r["attempts"]),
+               "jobs": int(r["jobs"]), "last_at": r["last_at"].timestamp(), "last_job": str(r["last_job"]),
+               "message": r["message"]} for r in rows]
+    return {"groups": groups, "capped": bool(rows) and int(rows[0]["scanned"]) >= ERROR_SCAN_CAP,
+            "cap": ERROR_SCAN_CAP}
 
 
 def recent_failures(limit: int = 10, *, window_s: int = 86400, worker_id: str | None = None,

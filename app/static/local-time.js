@@ -1,6 +1,6 @@
 // Instants in the viewer's own time zone. Pages render every time as
 // <time datetime="…Z" title="… UTC · seconds" data-local="text|hover"> with
-// UTC text (app/i18n.py time_tag / ago_tag); this rewrites "text" ones to the
+// UTC text (app/i18n.py time_tag / ago_tag), and chart clocks; this rewrites "text" ones to the
 // local date and time and puts the local time before UTC in every hover.
 // Loaded as a file because the CSP forbids inline script; refresh.js calls it
 // again on each fragment it swaps in.
@@ -21,7 +21,23 @@
               : p.year + "-" + p.month + "-" + p.day + " " + clock;
   }
 
+  var clock = new Intl.DateTimeFormat(zh ? "zh-Hans-CN" : "en-GB", {
+    hour: "2-digit", minute: "2-digit", hourCycle: "h23"
+  });
+
+  // Chart ticks and hover titles (app/pages/charts.py) start with a UTC
+  // "HH:MM" and carry the instant in data-clock.
+  function localClocks(root) {
+    (root || document).querySelectorAll("[data-clock]").forEach(function (el) {
+      if (el.dataset.clocked) { return; }
+      el.dataset.clocked = "1";
+      var text = el.textContent;
+      el.textContent = clock.format(new Date(Number(el.dataset.clock) * 1000)) + text.slice(5);
+    });
+  }
+
   function localTimes(root) {
+    localClocks(root);
     (root || document).querySelectorAll("time[data-local]").forEach(function (el) {
       if (el.dataset.utc) { return; }  // done already
       var date = new Date(el.getAttribute("datetime"));

@@ -16,6 +16,7 @@ from flask_babel import gettext as _
 from app import audit
 from app.errors import FleetError, InvalidRequest, NotFound
 from app.extensions import db
+from app.pages.admin import lookups as admin_lookups
 from app.pages.admin.base import actor, bp, cursor_arg, done, explain, form_reason, go, refuse
 from app.projects import bulk, counters, job_search, service
 from app.projects.models import BULK_ACTIONS, JOB_STATES
@@ -46,10 +47,12 @@ def job_search_page(project_id):
     older = result and result["next_before_id"] and url_for(
         "admin.job_search_page", project_id=project_id, before_id=result["next_before_id"],
         **_filter_args(found))
+    listed = (result or {}).get("jobs", [])
     page = render_template("admin/job_search.html", project_id=project_id, found=found,
                            args=request.args, result=result, error=error, older=older, matches=matches,
                            states=JOB_STATES, types=JOB_TYPES, actions=BULK_ACTIONS,
-                           filter_args=_filter_args(found), max_chars=job_search.Q_MAX_CHARS)
+                           filter_args=_filter_args(found), max_chars=job_search.Q_MAX_CHARS,
+                           worker_names=admin_lookups.node_names(j["worker_id"] for j in listed))
     return page, 400 if error else 200
 
 

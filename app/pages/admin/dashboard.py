@@ -21,26 +21,27 @@ def live_context() -> dict:
     stale_s = current_app.config["WORKER_STALE_S"]
     projects = service.list_summaries()
     ids = [p["id"] for p in projects]
-    _, per_minute = aggregates.throughput(ids)
+    now, per_minute = aggregates.throughput(ids)
     waited = counters.oldest_queued_s(ids)
     for p in projects:
         p["oldest_queued_s"] = waited.get(p["id"])
-        claims = per_minute["claims"][p["id"]][-charts.HOUR:]
-        completions = per_minute["completions"][p["id"]][-charts.HOUR:]
-        p["claims_hour"], p["completions_hour"] = sum(claims), sum(completions)
+        hour = {kind: per_minute[kind][p["id"]][-charts.HOUR:] for kind in aggregates.KINDS}
+        p["claims_hour"], p["completions_hour"] = sum(hour["claims"]), sum(hour["completions"])
+        p["failures_hour"] = sum(hour["failures"])
         p["sparkline"] = charts.sparkline(
-            [charts.Series("claims", claims, charts.COLORS["claims"]),
-             charts.Series("completions", completions, charts.COLORS["completions"])],
-            title=f"{p['id']}: {sum(claims)} claims, {sum(completions)} completions in the last hour")
+            [charts.Series(charts.label(kind), values, charts.COLORS[kind]) for kind, values in hour.items()],
+            title=_("%(project)s in the last hour: %(claims)s claims, %(completions)s completions, "
+                    "%(failures)s failures", project=p["id"], claims=p["claims_hour"],
+                    completions=p["completions_hour"], failures=p["failures_hour"]))
     overall = {kind: aggregates.total(per_minute[kind]) for kind in aggregates.KINDS}
     return {
         "projects": projects,
-        "charts": charts.throughput(overall),
+        "charts": charts.throughput(overall, now),
         "workers": aggregates.workers_summary(stale_s),
         "stale_after_s": stale_s,
         "backlog": aggregates.backlog(),
         "spool": _spool_fill(),
-        "failures": aggregates.recent_failures(10),
+        "errors": aggregates.error_groups(),
         "hook_failures": deliveries.list_deliveries(state="failed", limit=10),
     }
 

@@ -21,6 +21,16 @@ def project_of_job(job_id: int) -> str:
     return project_id
 
 
+def node_names(worker_ids) -> dict[str, str]:
+    """The names of the enrolled nodes among these worker ids (a page's
+    worth), so tables show "lab-3" rather than a 32-character id."""
+    ids = sorted({w for w in worker_ids if w})
+    if not ids:
+        return {}
+    return dict(db.session.execute(text("SELECT id, name FROM fleet_nodes WHERE id = ANY(:ids)"),
+                                   {"ids": ids}).all())
+
+
 def deliveries_for_attempts(project_id: str, attempt_ids: list[int]) -> list[dict]:
     """Hook deliveries of these attempts, through the (consumer, attempt) index."""
     if not attempt_ids:

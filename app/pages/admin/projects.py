@@ -10,6 +10,7 @@ from app import audit
 from app.errors import FleetError, InvalidRequest, NotFound
 from app.extensions import db
 from app.pages import aggregates, charts
+from app.pages.admin import lookups as admin_lookups
 from app.pages.admin.base import attempt, bp, done, explain, refuse
 from app.projects import bulk, counters, jobs_admin, policy, service
 from app.projects.models import JOB_STATES, PROJECT_KINDS
@@ -149,9 +150,9 @@ def project(project_id):
     except InvalidRequest as exc:
         return refuse(exc.message, "admin.project", project_id=project_id)
     page = jobs_admin.list_jobs(project_id, status=status, after_job_id=after, limit=PAGE_SIZE)
-    _, per_minute = aggregates.throughput([project_id])
-    chart = charts.throughput({kind: per_minute[kind][project_id] for kind in aggregates.KINDS},
-                              title_suffix=f", {project_id}")
+    now, per_minute = aggregates.throughput([project_id])
+    chart = charts.throughput({kind: per_minute[kind][project_id] for kind in aggregates.KINDS}, now,
+                              project=project_id)
     requeueable = [j["job_id"] for j in page["jobs"] if j["state"] in ("failed", "reset_exhausted")]
     return render_template("admin/project.html", project=summary, page=page, status=status,
                            after=after, states=JOB_STATES, charts=chart, requeueable=requeueable,
@@ -159,7 +160,9 @@ def project(project_id):
                            policy_choices={f.name: f.choices for f in FIELDS if f.choices},
                            policy_help=policy.HELP, reason_max=audit.REASON_MAX,
                            bulk_actions=bulk.recent(project_id, 5),
-                           oldest_queued_s=counters.oldest_queued_s([project_id]).get(project_id))
+                           oldest_queued_s=counters.oldest_queued_s([project_id]).get(project_id),
+                           errors=aggregates.error_groups(project_id),
+                           worker_names=admin_lookups.node_names(j["worker_id"] for j in page["jobs"]))
 
 
 @bp.post("/projects/<segment:project_id>/policy")
