@@ -12,7 +12,8 @@ from tests.support.pages import sign_in
 
 
 def _states(page: str) -> dict[str, str]:
-    """job id → shown state."""
+    """job id → shown state, in the newest jobs' table."""
+    page = page[page.index('id="progress-jobs"'):]
     rows = re.findall(r'<tr><td class="num">(\d+)</td>.*?<span class="badge badge-(\w+)">', page, re.S)
     return dict(rows)
 
@@ -81,3 +82,38 @@ def test_rows_are_bounded_and_the_page_is_for_readers_and_admins(app, client, ad
     assert "Progress" not in client.get("/worker").get_data(as_text=True)
     sign_in(app, client, "page-admin", roles=("admin", "worker"))
     assert client.get("/progress").status_code == 200
+
+
+def _row(page: str, element_id: str) -> str:
+    return re.search(rf'<tr id="{element_id}">(.*?)</tr>', page, re.S).group(1)
+
+
+def test_each_project_has_a_bar_a_rate_and_the_time_left_and_workers_a_leaderboard(app, client, admin_token):
+    from app.pages import aggregates
+    aggregates.reset_cache()
+    api = Api(client, admin_token)
+    api.put_project("crawl", max_resets=0)
+    api.put_project("idle")
+    api.enqueue("crawl", values(10))
+    api.enqueue("idle", values(3))
+    claimed = body(api.claim("crawl", max_jobs=6, worker_id="laptop-1"))["jobs"]
+    assert body(api.complete("crawl", claimed[:4], worker_id="laptop-1"))["results"][0]["status"] == "applied"
+    assert body(api.fail("crawl", claimed[4:5], retryable=False, worker_id="laptop-1"))["results"][0][
+        "status"] == "applied"
+    sign_in(app, client, "reader-3", roles=("reader",))
+    page = _text(client, "/progress")
+    crawl = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", _row(page, "progress-crawl")))
+    # 4 done and 1 failed of 10 (50 %); 5 left at 4 an hour: about 1 hour 15 minutes.
+    assert "50.0 %" in crawl and " 4 1 5 10 4/h " in crawl, crawl
+    assert "about 1 hour" in crawl
+    assert "crawl: 4 done, 1 failed, 5 left of 10" in _row(page, "progress-crawl")
+    idle = re.sub(r"<[^>]+>", " ", _row(page, "progress-idle"))
+    assert "no completions in the last hour" in idle
+    # The leaderboard: the token worker's user, 4 jobs, in the hour and the day.
+    for board in ("hour", "day"):
+        section = re.search(rf'id="leaderboard-{board}">(.*?)</table>', page, re.S).group(1)
+        rows = re.findall(r'<tr><td class="num">(\d+)</td>\s*<td>(.*?)</td>\s*<td class="num">([\d,]+)</td>',
+                          section, re.S)
+        assert len(rows) == 1 and rows[0][0] == "1" and rows[0][2] == "4", rows
+    zh = _text(client, "/zh/progress")
+    assert "排行榜" in zh and "Leaderboard" not in zh

@@ -11,6 +11,8 @@ five million:
 - failures per minute, recent errors and errors by code: the small partial
   index ``ix_attempts_failed_finished`` (errors by code read at most the
   newest ``ERROR_SCAN_CAP`` of the day);
+- the leaderboard: a day of done attempts (``ix_attempts_project_done``)
+  joined to their uploads' sizes, read at most once a minute per process;
 - staged and outbox backlog: counts capped at ``BACKLOG_CAP`` rows, so an
   outage backlog never turns the dashboard into a long count.
 
@@ -20,6 +22,7 @@ after the first view, a refresh reads only the last few minutes of attempts.
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
 from datetime import datetime, timedelta
 
@@ -130,9 +133,11 @@ def throughput(project_ids: list[str]) -> tuple[datetime, dict[str, dict[str, li
 
 
 def reset_cache() -> None:
-    """Forget cached minutes (tests that rewrite history)."""
+    """Forget cached minutes and the leaderboard (tests that rewrite history)."""
     with _throughput.lock:
         _throughput.reset()
+    with _leaderboard.lock:
+        _leaderboard.key = None
 
 
 def total(series_by_project: dict[str, list[int]]) -> list[int]:
@@ -199,6 +204,60 @@ WHERE a.state IN ('failed', 'expired') AND a.finished_at >= now() - make_interva
 ORDER BY a.finished_at DESC
 LIMIT :n
 """
+
+
+# The leaderboard is a day of done attempts grouped by worker: worth reading
+# once a minute per process, not on every view of a page readers keep open.
+LEADERBOARD_TTL_S = 60
+
+_LEADERBOARD = """
+SELECT a.worker_owner, CASE WHEN a.worker_owner IS NULL THEN a.worker_id END AS node_id,
+       count(DISTINCT a.worker_id) AS workers,
+       count(*) FILTER (WHERE a.finished_at >= now() - interval '1 hour') AS items_hour,
+       coalesce(sum(u.size) FILTER (WHERE a.finished_at >= now() - interval '1 hour'), 0) AS bytes_hour,
+       count(*) AS items_day, coalesce(sum(u.size), 0) AS bytes_day
+FROM attempts a LEFT JOIN uploads u ON u.attempt_id = a.id
+WHERE a.state = 'done' AND a.finished_at >= now() - interval '1 day' AND a.project_id = ANY(:ids)
+GROUP BY 1, 2
+"""
+
+
+class _Leaderboard:
+    """Done attempts of the last hour and day by worker (token workers by
+    their user, nodes one by one), read at most once per ``LEADERBOARD_TTL_S``."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.key: tuple | None = None
+        self.rows: list[dict] = []
+        self.read_at = 0.0
+
+    def rows_for(self, project_ids: list[str]) -> list[dict]:
+        key = (str(db.engine.url), tuple(sorted(project_ids)))
+        with self.lock:
+            if key != self.key or time.monotonic() - self.read_at > LEADERBOARD_TTL_S:
+                result = db.session.execute(text(_LEADERBOARD), {"ids": list(key[1])}).mappings()
+                self.rows = [{k: (int(v) if k not in ("worker_owner", "node_id") else v) for k, v in r.items()}
+                             for r in result]
+                self.key, self.read_at = key, time.monotonic()
+            return [dict(r) for r in self.rows]
+
+
+_leaderboard = _Leaderboard()
+
+
+def leaderboard(project_ids: list[str], *, limit: int = 10) -> dict:
+    """The workers with the most done jobs over the last hour and the last
+    day, with the bytes they uploaded; each board largest first.
+
+    Returns:
+        ``{"hour": [...], "day": [...]}``, rows ``{worker_owner, node_id,
+        workers, items_hour, bytes_hour, items_day, bytes_day}``.
+    """
+    rows = _leaderboard.rows_for(project_ids)
+    by = {"hour": ("items_hour", "bytes_hour"), "day": ("items_day", "bytes_day")}
+    return {board: sorted((r for r in rows if r[keys[0]]), key=lambda r: (-r[keys[0]], -r[keys[1]]))[:limit]
+            for board, keys in by.items()}
 
 
 # Errors by code read at most this many of the newest failed attempts of the

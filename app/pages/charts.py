@@ -168,6 +168,23 @@ def sparkline(series: list[Series], *, title: str, width: int = 120, height: int
     return Markup("".join(parts))
 
 
+def progress_bar(done: int, failed: int, total: int, *, title: str, width: int = 240,
+                 height: int = 14) -> Markup:
+    """A project's bar: done (green) then failed (red) of the total (grey)."""
+    parts = [f'<svg class="progress-bar" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+             f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}">'
+             f"<title>{escape(title)}</title>",
+             f'<rect x="0" y="0" width="{width}" height="{height}" rx="3" fill="#e4e4e7"/>']
+    x = 0.0
+    for count, color in ((done, COLORS["completions"]), (failed, COLORS["failures"])):
+        w = width * count / total if total else 0
+        if w > 0:
+            parts.append(f'<rect x="{x:.1f}" y="0" width="{max(w, 1):.1f}" height="{height}" fill="{color}"/>')
+            x += w
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
 def label(kind: str) -> str:
     """A series' name in the page's language."""
     return {"claims": _("claims"), "completions": _("completions"), "failures": _("failures")}[kind]

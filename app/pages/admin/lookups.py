@@ -31,6 +31,16 @@ def node_names(worker_ids) -> dict[str, str]:
                                    {"ids": ids}).all())
 
 
+def user_logins(user_ids) -> dict[str, str]:
+    """GitHub logins of these users, where they have one."""
+    ids = sorted(set(user_ids))
+    if not ids:
+        return {}
+    return dict(db.session.execute(text(
+        "SELECT id, github_login FROM users WHERE id = ANY(:ids) AND github_login IS NOT NULL"),
+        {"ids": ids}).all())
+
+
 def deliveries_for_attempts(project_id: str, attempt_ids: list[int]) -> list[dict]:
     """Hook deliveries of these attempts, through the (consumer, attempt) index."""
     if not attempt_ids:
