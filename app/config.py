@@ -174,8 +174,9 @@ class Defaults:
     # The make dev stack's test publisher (its base URL): the enrollment page's
     # worker command then names it, so it runs as printed (make dev only).
     DEV_PUBLISHER_URL = None
-    # Logs as JSON lines (false: plain text).
-    LOG_JSON = True
+    # Log lines as JSON ("true"), readable text ("false"), or "auto": JSON
+    # unless stderr is a terminal (workers/logs.py).
+    LOG_JSON = "auto"
     # The root log level.
     LOG_LEVEL = "INFO"
     # One log line per request (status, duration).

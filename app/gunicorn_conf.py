@@ -9,6 +9,8 @@ import os
 import shutil
 import tempfile
 
+from gunicorn import glogging
+
 # PORT: Procfile platforms (Heroku, Dokku) say where to listen this way.
 bind = os.environ.get("FLEETHQ_BIND") or (
     f"0.0.0.0:{os.environ['PORT']}" if os.environ.get("PORT") else "127.0.0.1:8400")
@@ -61,6 +63,21 @@ def _multiproc_dir() -> str:
 _owned_multiproc_dir = None
 if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     _owned_multiproc_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"] = _multiproc_dir()
+
+
+class _Logger(glogging.Logger):
+    """gunicorn's own lines (its error log, access log if enabled) and the
+    app's in FleetHQ's one format (workers/logs.py), from gunicorn's first
+    line on: its logging setup runs before any server hook."""
+
+    def setup(self, cfg):
+        super().setup(cfg)
+        from workers import logs
+        logs.configure("web", level=os.environ.get("FLEETHQ_LOG_LEVEL", "INFO"),
+                       adopt=("gunicorn.error", "gunicorn.access"))
+
+
+logger_class = _Logger
 
 
 def on_starting(server):

@@ -146,7 +146,8 @@ def _interrupt(*_):
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s clock %(message)s")
+    from workers import logs
+    logs.configure("clock", level=os.environ.get("FLEETHQ_LOG_LEVEL", "INFO"))
     import tasks
     from app import config as app_config
     with app_config.reported():

@@ -8,6 +8,7 @@ since the reconciler re-sends the row from PostgreSQL.
 from __future__ import annotations
 
 from tasks import actors
+from workers import logs
 
 # One row per outbox topic: the actor whose single argument is the row's ref.
 HANDLERS = {
@@ -26,4 +27,8 @@ class DramatiqSender:
             broker.declare_queue(actor.queue_name)
 
     def send(self, topic: str, ref: int) -> None:
-        self.broker.enqueue(HANDLERS[topic].message(ref))
+        # A hint sent while a request is served carries its id, so the task's
+        # lines can be found from the request's (app/ops/logging.py binds it).
+        request_id = logs.bound().get("request_id")
+        options = {"request_id": request_id} if request_id else {}
+        self.broker.enqueue(HANDLERS[topic].message_with_options(args=(ref,), **options))

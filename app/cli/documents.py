@@ -98,6 +98,8 @@ def consume(folder, project_id, polling_s, once):
     from flask import current_app
 
     from app.documents.consume import Folder, intake_adder
+    from workers import logs
+    logs.configure("consume", json=current_app.config.get("LOG_JSON"), level=current_app.config.get("LOG_LEVEL"))
     cfg = current_app.config
     root = folder or cfg.get("CONSUME_DIR") or os.path.join(cfg["DATA_DIR"], "consume")
     project = project_id or cfg.get("CONSUME_PROJECT")

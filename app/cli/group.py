@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 
 import click
@@ -69,6 +70,10 @@ class FleetGroup(AppGroup):
 
     def invoke(self, ctx: click.Context):
         from app.ops.schema import SchemaTooNew
+        from workers import logs
+        # A command's lines in FleetHQ's one format; long-running commands
+        # (documents consume) name their own role.
+        logs.configure(os.environ.get("FLEETHQ_PROCESS", "cli"), level=os.environ.get("FLEETHQ_LOG_LEVEL", "INFO"))
         try:
             return super().invoke(ctx)
         except SchemaTooNew as exc:

@@ -114,6 +114,7 @@ def local_worker(tier, concurrency, volume, master_url, name, worker_args):
     db.engine.dispose()  # the worker below has no database connection
     env = {k: v for k, v in os.environ.items() if k not in _NOT_FOR_THE_WORKER
            and not k.startswith("S3_")}
+    env["FLEETHQ_PROCESS"] = "fetcher"  # its log lines say which process they are
     argv = [sys.executable, "-m", "workers.runner.cli", "run", "--master", master_url,
             "--volume", str(root), "--concurrency", str(concurrency), "--allow-http",
             "--name", identity.name, *worker_args]

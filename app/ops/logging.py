@@ -1,48 +1,32 @@
-"""Structured (JSON) logs carrying the request id of the request being served."""
+"""The web side of FleetHQ's logging (workers/logs.py): the process's
+format when no entry point set one, and a request id for every request,
+bound to every line logged while it is served and handed on to the tasks its
+outbox hints start (tasks/sender.py)."""
 from __future__ import annotations
 
-import json
 import logging
+import os
 import re
 import secrets
-import sys
 import time
 
-from flask import g, has_request_context, request
+from flask import g, request
+
+from workers import logs
 
 REQUEST_ID_HEADER = "X-Request-ID"
 _VALID_REQUEST_ID = re.compile(r"\A[A-Za-z0-9._:-]{1,128}\Z")
 
 
-class JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "ts": round(record.created, 3),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        if has_request_context():
-            entry["request_id"] = getattr(g, "request_id", None)
-            entry["method"] = request.method
-            entry["path"] = request.path
-        for key in ("status", "duration_ms", "project_id", "worker_id", "attempt_id", "size",
-                    "timings_ms"):
-            if hasattr(record, key):
-                entry[key] = getattr(record, key)
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False)
+# The role of a process whose entry point did not name one (a WSGI server
+# other than the documented gunicorn, a script calling create_app).
+PROCESS_ENV = "FLEETHQ_PROCESS"
 
 
 def init_app(app) -> None:
-    if app.config.get("LOG_JSON"):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(JsonFormatter())
-        root = logging.getLogger()
-        if not any(isinstance(h.formatter, JsonFormatter) for h in root.handlers):
-            root.addHandler(handler)
-        root.setLevel(app.config.get("LOG_LEVEL", "INFO"))
+    if not logs.configured():
+        logs.configure(os.environ.get(PROCESS_ENV, "web"), json=app.config.get("LOG_JSON"),
+                       level=app.config.get("LOG_LEVEL", "INFO"))
     access = logging.getLogger("fleethq.access")
 
     @app.before_request
@@ -50,6 +34,11 @@ def init_app(app) -> None:
         incoming = request.headers.get(REQUEST_ID_HEADER, "")
         g.request_id = incoming if _VALID_REQUEST_ID.match(incoming) else secrets.token_hex(8)
         g.started = time.perf_counter()
+        logs.bind(request_id=g.request_id, method=request.method, path=request.path)
+
+    @app.teardown_request
+    def _forget_request_id(_exc):
+        logs.unbind("request_id", "method", "path")
 
     @app.after_request
     def _log_request(response):

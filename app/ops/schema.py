@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import os
 
+import click
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
 
@@ -39,7 +40,8 @@ def refuse_newer_schema(app) -> None:
             revisions = database_revisions()
         except Exception as exc:  # database down: /readyz reports it; the process may start
             # Under the `flask` command line the command itself says so, in one line.
-            level = logging.DEBUG if os.environ.get("FLASK_RUN_FROM_CLI") else logging.WARNING
+            on_the_command_line = os.environ.get("FLASK_RUN_FROM_CLI") or click.get_current_context(silent=True)
+            level = logging.DEBUG if on_the_command_line else logging.WARNING
             log.log(level, "schema check skipped: database unreachable (%s)", exc.__class__.__name__)
             return
         finally:

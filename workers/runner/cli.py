@@ -18,6 +18,7 @@ import sys
 import threading
 from pathlib import Path
 
+from workers import logs
 from workers.runner import (EXIT_CORRUPT, EXIT_ENROLL, EXIT_ERROR, EXIT_LOCKED, EXIT_OK,
                             EXIT_REVOKED, EXIT_USAGE)
 from workers.runner.enroll import EnrollError, ensure_registered, wait_until_approved
@@ -136,8 +137,8 @@ def main(argv=None) -> int:
     status.add_argument("--volume", default=None)
     status.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-                        stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
+    logs.configure(os.environ.get("FLEETHQ_PROCESS", "worker"),
+                   level=getattr(logging, str(args.log_level).upper(), logging.INFO))
     if args.command != "run":
         return cmd_status(args)
     try:
