@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import re
 import threading
 import time
 import uuid
@@ -661,3 +662,47 @@ def test_job_ids_stay_integers(capsys, stub):
     assert code == 0, err
     assert [json.loads(line)["job_id"] for line in out.splitlines()] == [41, 42]
     assert stub.seen[-1][1] == "/api/v1/fleethq/projects/p/jobs?limit=1&after_job_id=41"
+
+
+def test_a_terminal_gets_a_progress_bar_with_counts(hq, operator, tmp_path):
+    """On a terminal (stderr a pty) enqueue draws its bar by default: the
+    share of the input read, jobs sent and new, time so far; piped, it keeps
+    SavewebHQ's lines (test_progress_line_every_n_batches)."""
+    import pty
+    assert hq("project", "put", "p")[0] == 0
+    (tmp_path / "urls.txt").write_text("".join(f"https://example.org/t/{i}\n" for i in range(3000)))
+    controller, terminal = pty.openpty()
+    try:
+        done = subprocess.run(
+            [HQCTL, "enqueue", "--machine-token-file", "./admin.token", "--project-id", "p",
+             "--input", "urls.txt", "--batch-size", "500"],
+            cwd=tmp_path, env=operator.env, stdout=subprocess.PIPE, stderr=terminal, timeout=120)
+        os.close(terminal)
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # the terminal's other end closed
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        os.close(controller)
+    assert done.returncode == 0 and json.loads(done.stdout)["inserted"] == 3000
+    last = drawn.decode().replace("\r\n", "\n").split("\r")[-1].strip()
+    assert re.match(r"enqueue p \[#{24}\] 100% 3000 jobs, 3000 new \d+s", last), drawn[-300:]
+
+
+def test_the_bar_gives_an_eta_at_the_pace_so_far(monkeypatch):
+    import io
+
+    from workers.cli import http
+    now = [1000.0]
+    monkeypatch.setattr(http.time, "monotonic", lambda: now[0])
+    out = io.StringIO()
+    bar = http.Progress("enqueue p", total=1000, enabled=True, stream=out)
+    now[0] += 90  # a quarter in a minute and a half: four and a half minutes to go
+    bar.update(250, "250 jobs, 250 new", force=True)
+    assert out.getvalue().split("\r")[-1].strip() == (
+        "enqueue p [######------------------]  25% 250 jobs, 250 new 1m30s ETA 4m30s")

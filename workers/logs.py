@@ -112,17 +112,13 @@ def formatter(role: str, *, json=None, stream=None) -> logging.Formatter:
 
 
 class _Handler(logging.StreamHandler):
-    """The handler ``configure`` adds (known again on a second call). Without
-    a stream of its own it writes to whatever ``sys.stderr`` is at the time
-    (Dramatiq and test runners swap it after start)."""
-
-    def __init__(self, stream=None):
-        super().__init__(stream)
-        self.follow_stderr = stream is None
+    """The handler ``configure`` adds (known again on a second call). It
+    writes where stderr was when configured; if that stream was closed since
+    (a command runner's capture), to the process's own stderr."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self.follow_stderr:
-            self.stream = sys.stderr
+        if getattr(self.stream, "closed", False):
+            self.stream = sys.__stderr__
         super().emit(record)
 
 
@@ -142,7 +138,7 @@ def configure(role: str, *, json=None, level="INFO", stream=None, adopt: tuple[s
     for handler in adopted:
         handler.setFormatter(fmt)
     if "" not in adopt or not root.handlers:
-        ours = _Handler(stream)
+        ours = _Handler(stream or sys.stderr)
         ours.setFormatter(fmt)
         root.addHandler(ours)
     root.setLevel(level if isinstance(level, int) else str(level).upper())

@@ -10,6 +10,7 @@ import click
 from app.accounts import service as accounts
 from app.accounts import tokens
 from app.accounts.models import ROLES
+from app.cli.tables import Column, answer, json_option, key, when
 from app.cli.group import database_url_option, emit, fail, fleet
 from app.errors import FleetError
 from workers.wire.private_file import OpenToOthers, read_private
@@ -103,10 +104,15 @@ def _write_token_file(path: str, token: str) -> None:
         _refuse(f"{path}: {exc.strerror}")
 
 
+USER_COLUMNS = [key("user_id", "USER"), key("status"), key("roles"), key("has_machine_token", "TOKEN"),
+                Column("CREATED", lambda u: when(u["created_at"]))]
+
+
 @fleet.command("users")
-def list_users():
+@json_option
+def list_users(as_json):
     """List users."""
-    emit([accounts.user_dict(u) for u in accounts.list_users()])
+    answer([accounts.user_dict(u) for u in accounts.list_users()], USER_COLUMNS, as_json, empty="(no users)")
 
 
 @fleet.command("put-user")

@@ -13,6 +13,7 @@ import click
 from sqlalchemy import text
 
 from app import audit
+from app.cli.tables import Column, answer, json_option, key, size
 from app.cli.group import database_url_option, emit, fail, fleet
 from app.errors import FleetError
 from app.extensions import db
@@ -118,15 +119,21 @@ def sweep():
     counters.fold()
 
 
+HELD_COLUMNS = [key("attempt_id", "ATTEMPT", right=True), key("job_id", "JOB", right=True),
+                key("project_id", "PROJECT"), key("worker_id", "WORKER"), key("user_id", "USER"),
+                Column("SIZE", lambda r: size(r["size"]), right=True), key("file_present", "FILE")]
+
+
 @fleet.command("held")
 @click.option("--worker", "worker_id", default=None, help="Only this worker's held files.")
 @click.option("--user", "user_id", default=None, help="With --worker: a token worker of this user.")
-def list_held(worker_id, user_id):
+@json_option
+def list_held(worker_id, user_id, as_json):
     """Held files of revoked workers, kept for investigation (DESIGN §8.7)."""
     from app.uploads import held
     if user_id and not worker_id:
         raise click.UsageError("--user goes with --worker")
-    emit(held.listing(worker_id, user_id))
+    answer(held.listing(worker_id, user_id), HELD_COLUMNS, as_json, empty="(no held files)")
 
 
 @fleet.command("release-held")

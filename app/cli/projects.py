@@ -6,6 +6,7 @@ import json
 
 import click
 
+from app.cli.tables import Column, answer, json_option, key
 from app.cli.group import database_url_option, emit, fail, fleet
 from app.errors import FleetError, InvalidRequest
 
@@ -156,11 +157,21 @@ def put_project(project_id, project_id_flag, patch, **values):
         fail(exc)
 
 
+def _count(state: str) -> Column:
+    return Column(state.upper(), lambda p: p["job_counts"].get(state, 0), right=True)
+
+
+PROJECT_COLUMNS = [key("id", "PROJECT"), key("kind"), key("status"),
+                   *(_count(s) for s in ("todo", "wip", "staged", "done", "failed", "reset_exhausted")),
+                   Column("TOTAL", lambda p: sum(p["job_counts"].values()), right=True)]
+
+
 @fleet.command("projects")
-def list_projects():
+@json_option
+def list_projects(as_json):
     """List projects with their job counts."""
     from app.projects import service
-    emit(service.list_summaries())
+    answer(service.list_summaries(), PROJECT_COLUMNS, as_json, empty="(no projects)")
 
 
 # A local import reads a file the operator chose: tracker's limits, not the

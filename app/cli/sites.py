@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from app.cli.tables import Column, json_option, key, render, table_wanted, when
 from app.cli.group import emit, fail, fleet
 from app.errors import FleetError
 
@@ -24,11 +25,30 @@ def _run(action, *args, **kwargs):
         fail(exc)
 
 
+LIMIT_COLUMNS = [key("site"), Column("PROJECT", lambda r: r["project_id"] or "(all)"),
+                 key("in_flight", "IN FLIGHT", right=True), key("max_in_flight", "MAX IN FLIGHT", right=True),
+                 key("max_starts_per_s", "MAX STARTS/S", right=True),
+                 Column("UPDATED", lambda r: when(r["updated_at"]))]
+PAUSE_COLUMNS = [key("site"), Column("UNTIL", lambda r: when(r["until"])), key("source"),
+                 key("strikes", right=True), key("reason")]
+GROUP_COLUMNS = [key("site"), Column("KEYS", lambda r: r["keys"])]
+
+
 @sites.command("list")
-def list_sites():
+@json_option
+def list_sites(as_json):
     """The limits (with their attempts in flight now), groups and pauses in force."""
     from app.sites import service
-    emit(service.overview())
+    found = service.overview()
+    if not table_wanted(as_json):
+        emit(found)
+        return
+    for title, rows, columns in (("Limits", found["limits"], LIMIT_COLUMNS),
+                                 ("Groups", found["groups"], GROUP_COLUMNS),
+                                 ("Pauses in force", found["pauses"], PAUSE_COLUMNS)):
+        click.echo(f"{title}:")
+        click.echo(render(rows, columns) if rows else "(none)")
+        click.echo()
 
 
 @sites.command("limit")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from app.cli.tables import Column, age, answer, json_option, key
 from app.cli.group import emit, fail, fleet
 from app.errors import FleetError
 
@@ -39,13 +40,29 @@ def worker_action(action, worker_id, user_id, reason):
         fail(exc)
 
 
+def _heartbeat(w: dict) -> str:
+    if not w["heartbeats"]:
+        return f"none (seen {age(w['heartbeat_age_s'])} ago)" if w["heartbeat_age_s"] is not None else "none"
+    state = " STALE" if w["stale"] else " signed off" if w["signed_off"] else ""
+    return f"{age(w['heartbeat_age_s'])} ago{state}"
+
+
+WORKER_COLUMNS = [key("kind"), Column("WORKER", lambda w: w["name"] or w["worker_id"]),
+                  Column("USER", lambda w: w["user_id"]), key("status"), key("tier"),
+                  key("capacity", right=True), key("running", right=True),
+                  Column("HEARTBEAT", _heartbeat), Column("BROWSER", lambda w: w["browser_ok"]),
+                  Column("ID", lambda w: w["worker_id"] if w["name"] not in (None, w["worker_id"]) else None)]
+
+
 @fleet.command("workers")
-def list_workers():
+@json_option
+def list_workers(as_json):
     """Nodes and token workers with capacity, running attempts and heartbeat age."""
     from flask import current_app
 
     from app.fleet import listing
-    emit(listing.workers(current_app.config["WORKER_STALE_S"]))
+    answer(listing.workers(current_app.config["WORKER_STALE_S"]), WORKER_COLUMNS, as_json,
+           empty="(no workers)")
 
 
 @fleet.command("add-hook")

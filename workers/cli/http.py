@@ -216,6 +216,16 @@ class Client:
                            "master answered with a body that is not JSON") from None
 
 
+def _clock(seconds: float) -> str:
+    """12s, 3m05s, 1h02m: elapsed and remaining time at a glance."""
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
 class Progress:
     """One self-rewriting status line on stderr, drawn at most ten times a second.
 
@@ -237,14 +247,16 @@ class Progress:
         if not self.enabled or (not force and now - self._drawn_at < 0.1):
             return
         self._drawn_at = now
+        elapsed = max(now - self.started, 1e-6)
         if self.total:
             frac = min(done / self.total, 1.0)
             filled = int(frac * 24)
             text = f"{self.label} [{'#' * filled}{'-' * (24 - filled)}] {frac:4.0%}"
+            # At the pace so far; shown once there is a pace to go by.
+            eta = f" ETA {_clock(elapsed * (1 - frac) / frac)}" if 0.01 <= frac < 1 and elapsed >= 1 else ""
         else:
-            text = self.label
-        elapsed = max(now - self.started, 1e-6)
-        text = f"{text} {note} {elapsed:.0f}s".strip()
+            text, eta = self.label, ""
+        text = f"{text} {note} {_clock(elapsed)}{eta}".strip()
         self.stream.write("\r" + text.ljust(self._width))
         self._width = len(text)
         self.stream.flush()

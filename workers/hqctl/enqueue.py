@@ -169,9 +169,11 @@ class _Batches:
 
 
 def _progress_reporter(args, specs: SpecInput, project: str):
-    """SavewebHQ's stderr line every ``--progress-every`` batches, or with
-    ``--progress`` FleetHQ's self-rewriting bar instead."""
-    if args.progress:
+    """FleetHQ's self-rewriting bar (share of the input read, jobs sent and
+    new, elapsed time, ETA) when stderr is a terminal or with ``--progress``;
+    else SavewebHQ's stderr line every ``--progress-every`` batches, which
+    logs and pipes read."""
+    if args.progress or (args.progress is None and sys.stderr.isatty()):
         bar = Progress(f"enqueue {project}", total=specs.total_bytes, enabled=True)
 
         def draw(totals):

@@ -190,7 +190,8 @@ def _enqueue_flags(enqueue) -> None:
                          metavar="N", help=f"a progress line on stderr every N batches "
                                            f"(default {DEFAULT_PROGRESS_EVERY}; 0: never)")
     enqueue.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                         help="a progress bar instead of the lines; --no-progress: neither")
+                         help="a progress bar instead of the lines (the default when stderr is a terminal); "
+                              "--no-progress: neither")
     enqueue.add_argument("--default-ids", action=argparse.BooleanOptionalAction, default=None,
                          help="fill missing ids with j1_ ids (default: on for external_id)")
     enqueue.add_argument("--retries", type=int, default=4,
