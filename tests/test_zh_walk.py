@@ -35,23 +35,28 @@ NOT_PAGES = {"admin.job_file", "admin.held_file", "documents_pages.download", "a
              "auth.root"}
 
 
+ENGLISH_WORDS = re.compile(r"[A-Za-z][a-z]+(?: [a-z]+)*")
+
+
 class Interface(HTMLParser):
     """The text a reader sees as interface: text and labelling attributes
-    outside data elements."""
+    outside data elements; a button's label even when it is one word."""
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
         self.open: list[tuple[str, bool]] = []
         self.texts: list[str] = []
+        self.buttons: list[str] = []
 
     def _in_data(self) -> bool:
         return any(data for _, data in self.open)
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
-        data = tag in DATA_TAGS or bool(set((a.get("class") or "").split()) & DATA_CLASSES)
+        classes = set((a.get("class") or "").split())
+        data = tag in DATA_TAGS or bool(classes & DATA_CLASSES)
         if tag not in VOID:
-            self.open.append((tag, data))
+            self.open.append((tag if tag != "a" or "button" not in classes else "a-button", data))
         if not (data or self._in_data()):
             self.texts += [a[name] for name in ATTRS if a.get(name)]
             if tag == "input" and a.get("type") in ("submit", "button") and a.get("value"):
@@ -59,19 +64,22 @@ class Interface(HTMLParser):
 
     def handle_endtag(self, tag):
         for i in range(len(self.open) - 1, -1, -1):
-            if self.open[i][0] == tag:
+            if self.open[i][0] == tag or (tag == "a" and self.open[i][0] == "a-button"):
                 del self.open[i:]
                 return
 
     def handle_data(self, data):
         if data.strip() and not self._in_data():
             self.texts.append(" ".join(data.split()))
+            if any(tag in ("button", "a-button") for tag, _ in self.open):
+                self.buttons.append(" ".join(data.split()))
 
 
 def english_in(html: str) -> list[str]:
     parser = Interface()
     parser.feed(html)
-    return [t for t in parser.texts if ENGLISH_PHRASE.search(t) or GLUED.search(t)]
+    return [t for t in parser.texts if ENGLISH_PHRASE.search(t) or GLUED.search(t)] + [
+        b for b in parser.buttons if ENGLISH_WORDS.fullmatch(b)]
 
 
 @pytest.fixture
@@ -146,4 +154,5 @@ def test_the_walk_catches_english_and_glued_fragments():
     assert english_in("<p>任务 <b>waiting for a worker</b></p>") == ["waiting for a worker"]
     assert english_in('<p title="the lease workers ask for">租约</p>') == ["the lease workers ask for"]
     assert english_in("<p>6 篇论文s</p>") == ["6 篇论文s"]
+    assert english_in('<button>revoke</button><a class="button" href="#">drain</a>') == ["revoke", "drain"]
     assert english_in('<td class="wrap">not found at mirror 4</td><code>a b c d</code>') == []
