@@ -1,4 +1,4 @@
-"""Admin page latency with millions of jobs: ``/admin`` and ``/admin/projects/<p>``.
+"""Page latency with millions of jobs: ``/admin``, ``/admin/projects/<p>`` and ``/progress``.
 
 Builds a scratch database (migrated with ``flask db upgrade``) holding
 ``--jobs`` jobs across 5 projects, with attempts in every state spread over
@@ -8,14 +8,17 @@ are then checked against a full count. A gunicorn master serves the pages in
 development mode on loopback, signed in with the development login; each page
 is requested ``--requests`` times after one warm-up request per page (the
 first view of a process reads the last day of attempts; later views read only
-the minutes since — the cold time is printed too).
+the minutes since — the cold time is printed too). The dashboard and the
+project page carry the errors grouped by code and the oldest queued job's
+age; ``/progress`` the per-project bars and rates and the leaderboard (a day
+of done attempts, read at most once a minute per process).
 
 Job search (``/admin/projects/<p>/jobs/search``) is measured over a round of
 searches a day's work asks for: a job id, an external id, a value prefix, an
 attribute (1 job in 1,000 has it), an error text (on ~8 % of the jobs) and
 a state with an error code.
 
-Last line: ``dashboard_latency jobs=N admin_p95_ms=A project_p95_ms=B search_p95_ms=C``
+Last line: ``dashboard_latency jobs=N admin_p95_ms=A project_p95_ms=B progress_p95_ms=P search_p95_ms=C``
 """
 from __future__ import annotations
 
@@ -236,7 +239,8 @@ def main():
         per_project = f"{total // len(PROJECTS):,}"
         results = {}
         for label, path, expect in (("admin", "/admin", per_project),
-                                    ("project", f"/admin/projects/{PROJECTS[2][0]}", "Next page")):
+                                    ("project", f"/admin/projects/{PROJECTS[2][0]}", "Next page"),
+                                    ("progress", "/progress", "leaderboard-day")):
             cold, samples = measure(session, base + path, args.requests, expect)
             results[label] = p95(samples)
             print(f"{path}: cold {cold:.0f} ms, median {statistics.median(samples):.1f} ms, "
@@ -250,7 +254,8 @@ def main():
                   f"p95 {p95(samples):.1f} ms", flush=True)
         results["search"] = p95(searched)
     print(f"dashboard_latency jobs={total} admin_p95_ms={results['admin']:.0f} "
-          f"project_p95_ms={results['project']:.0f} search_p95_ms={results['search']:.0f}")
+          f"project_p95_ms={results['project']:.0f} progress_p95_ms={results['progress']:.0f} "
+          f"search_p95_ms={results['search']:.0f}")
 
 
 def searches(url: str, total: int) -> list[str]:
