@@ -10,8 +10,8 @@ import click
 from app.accounts import service as accounts
 from app.accounts import tokens
 from app.accounts.models import ROLES
-from app.cli.tables import Column, answer, json_option, key, when
 from app.cli.group import database_url_option, emit, fail, fleet
+from app.cli.tables import Column, answer, json_option, key, when
 from app.errors import FleetError
 from workers.wire.private_file import OpenToOthers, read_private
 from workers.wire.protocol import is_identifier

@@ -13,8 +13,8 @@ import click
 from sqlalchemy import text
 
 from app import audit
-from app.cli.tables import Column, answer, json_option, key, size
 from app.cli.group import database_url_option, emit, fail, fleet
+from app.cli.tables import Column, answer, json_option, key, size
 from app.errors import FleetError
 from app.extensions import db
 

@@ -3,11 +3,13 @@ flags, parsed as tracker parses them), projects, enqueue-source."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import click
 
-from app.cli.tables import Column, answer, json_option, key
 from app.cli.group import database_url_option, emit, fail, fleet
+from app.cli.tables import Column, answer, json_option, key
 from app.errors import FleetError, InvalidRequest
 
 
@@ -174,6 +176,35 @@ def list_projects(as_json):
     answer(service.list_summaries(), PROJECT_COLUMNS, as_json, empty="(no projects)")
 
 
+class _ReadProgress:
+    """The source file as the import reads it, drawing hqctl's progress bar
+    (share of the file read, elapsed, ETA) on stderr when it is a terminal."""
+
+    def __init__(self, stream, label: str):
+        from workers.cli.http import Progress
+        self.stream = stream
+        try:
+            info = os.fstat(stream.fileno())
+            size = info.st_size if stat.S_ISREG(info.st_mode) else None  # a pipe has no size
+        except (OSError, AttributeError, ValueError):  # CliRunner's in-memory stdin
+            size = None
+        self.bar = Progress(label, total=size or None)
+        self.done = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.stream.read(size)
+        self.done += len(data)
+        self.bar.update(self.done, f"{self.done / (1 << 20):.1f} MiB read")
+        return data
+
+    def close_bar(self) -> None:
+        self.bar.update(self.done, f"{self.done / (1 << 20):.1f} MiB read", force=True)
+        self.bar.close()
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
 # A local import reads a file the operator chose: tracker's limits, not the
 # HTTP route's (SOURCE_MAX_*).
 SOURCE_CLI_MAX_BYTES = 1 << 40
@@ -208,10 +239,13 @@ def enqueue_source(project_id, source, project_id_flag, input_file, max_jobs, ba
     limits = Limits(max_compressed=SOURCE_CLI_MAX_BYTES, max_expanded=SOURCE_CLI_MAX_BYTES,
                     max_jobs=max_jobs, max_line=cfg["SOURCE_MAX_LINE"],
                     max_window=cfg["SOURCE_MAX_WINDOW"])
+    reading = _ReadProgress(stream, f"enqueue-source {project_id}")
     try:
-        result = source_import.import_source(project_id, stream, limits=limits,
+        result = source_import.import_source(project_id, reading, limits=limits,
                                              batch_size=batch_size or cfg["SOURCE_BATCH"])
     except FleetError as exc:
+        reading.close_bar()
         fail(exc)
+    reading.close_bar()
     emit({"project_id": project_id, "jobs": result.jobs, "inserted": result.inserted,
            "uncompressed_bytes": result.uncompressed_bytes})

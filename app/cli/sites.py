@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from app.cli.tables import Column, json_option, key, render, table_wanted, when
 from app.cli.group import emit, fail, fleet
+from app.cli.tables import Column, json_option, key, render, table_wanted, when
 from app.errors import FleetError
 
 _REASON = click.option("--reason", default=None, help="Why (kept in the audit log).")

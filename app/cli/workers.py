@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from app.cli.tables import Column, age, answer, json_option, key
 from app.cli.group import emit, fail, fleet
+from app.cli.tables import Column, age, answer, json_option, key
 from app.errors import FleetError
 
 
