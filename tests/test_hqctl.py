@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from tests.support.terminal import last_line, run_on_a_terminal
 from workers import hqctl
 from workers.hqctl import enqueue as hqctl_enqueue
 from workers.source import cli as source_cli
@@ -668,29 +669,13 @@ def test_a_terminal_gets_a_progress_bar_with_counts(hq, operator, tmp_path):
     """On a terminal (stderr a pty) enqueue draws its bar by default: the
     share of the input read, jobs sent and new, time so far; piped, it keeps
     SavewebHQ's lines (test_progress_line_every_n_batches)."""
-    import pty
     assert hq("project", "put", "p")[0] == 0
     (tmp_path / "urls.txt").write_text("".join(f"https://example.org/t/{i}\n" for i in range(3000)))
-    controller, terminal = pty.openpty()
-    try:
-        done = subprocess.run(
-            [HQCTL, "enqueue", "--machine-token-file", "./admin.token", "--project-id", "p",
-             "--input", "urls.txt", "--batch-size", "500"],
-            cwd=tmp_path, env=operator.env, stdout=subprocess.PIPE, stderr=terminal, timeout=120)
-        os.close(terminal)
-        drawn = b""
-        while True:
-            try:
-                chunk = os.read(controller, 65536)
-            except OSError:  # the terminal's other end closed
-                break
-            if not chunk:
-                break
-            drawn += chunk
-    finally:
-        os.close(controller)
+    done, drawn = run_on_a_terminal(
+        [HQCTL, "enqueue", "--machine-token-file", "./admin.token", "--project-id", "p",
+         "--input", "urls.txt", "--batch-size", "500"], cwd=tmp_path, env=operator.env, timeout=120)
     assert done.returncode == 0 and json.loads(done.stdout)["inserted"] == 3000
-    last = drawn.decode().replace("\r\n", "\n").split("\r")[-1].strip()
+    last = last_line(drawn)
     assert re.match(r"enqueue p \[#{24}\] 100% 3000 jobs, 3000 new \d+s", last), drawn[-300:]
 
 

@@ -18,6 +18,7 @@ import zstandard
 
 from tests.conftest import unique
 from tests.helpers import Api, body, values
+from tests.support.terminal import last_line, run_on_a_terminal
 from workers.wire.source import write_source
 
 ZSTD = "application/zstd"
@@ -519,29 +520,14 @@ def test_flask_command_line_enqueue_source(src, project, tmp_path, database_url)
 def test_flask_enqueue_source_draws_a_bar_on_a_terminal(src, project, tmp_path, database_url):
     """On a terminal (stderr a pty) the import shows how much of the file it
     read; piped (the test above) stderr stays empty."""
-    import pty
     path = tmp_path / "jobs.jsonl.zst"
     path.write_bytes(pack(values(300)))
     env = {**os.environ, "DATABASE_URL": database_url, "FLEETHQ_LOG_JSON": "false"}
     flask = os.path.join(os.path.dirname(sys.executable), "flask")
-    controller, terminal = pty.openpty()
-    try:
-        done = subprocess.run([flask, "--app", "wsgi", "fleet", "enqueue-source", project, str(path)],
-                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=terminal, timeout=120)
-        os.close(terminal)
-        drawn = b""
-        while True:
-            try:
-                chunk = os.read(controller, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            drawn += chunk
-    finally:
-        os.close(controller)
+    done, drawn = run_on_a_terminal([flask, "--app", "wsgi", "fleet", "enqueue-source", project, str(path)],
+                                    cwd=ROOT, env=env, timeout=120)
     assert done.returncode == 0 and json.loads(done.stdout)["inserted"] == 300
-    last = drawn.decode(errors="replace").replace("\r\n", "\n").split("\r")[-1]
+    last = last_line(drawn)
     assert f"enqueue-source {project} [{'#' * 24}] 100% " in last and "MiB read" in last, drawn[-400:]
 
 
