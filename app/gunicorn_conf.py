@@ -3,7 +3,8 @@
 Environment: ``FLEETHQ_BIND`` (else ``0.0.0.0:$PORT`` if ``PORT`` is set, else
 127.0.0.1:8400), ``FLEETHQ_WEB_WORKERS``
 (or the conventional ``WEB_CONCURRENCY``; default 2), ``FLEETHQ_WEB_THREADS``
-(default 16), ``PROMETHEUS_MULTIPROC_DIR``.
+(default 16), ``FLEETHQ_KEEPALIVE_S`` (idle keep-alive, default 75),
+``PROMETHEUS_MULTIPROC_DIR``.
 """
 import os
 import shutil
@@ -20,6 +21,14 @@ workers = int(os.environ.get("FLEETHQ_WEB_WORKERS") or os.environ.get("WEB_CONCU
 worker_class = "gthread"
 threads = int(os.environ.get("FLEETHQ_WEB_THREADS") or 16)
 timeout = 60
+# Idle keep-alive connections stay open this long (gunicorn's default is 2 s).
+# SavewebHQ's server keeps them 60 s and its Python SDK holds one connection
+# open between calls, so a worker that pauses longer than 2 s between jobs
+# met a closed connection ("Broken pipe"). Longer than nginx's upstream
+# keepalive_timeout (60 s), so the proxy, not gunicorn, closes first and
+# never sends on a connection gunicorn is closing. Idle connections wait in
+# the gthread poller, not on a thread.
+keepalive = int(os.environ.get("FLEETHQ_KEEPALIVE_S") or 75)
 # Lets in-flight long polls (≤ 30 s) answer before a graceful restart kills them.
 graceful_timeout = 35
 # gunicorn's control socket defaults to one path per user home, so two masters

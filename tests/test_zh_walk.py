@@ -90,9 +90,9 @@ def fleet(app, client, admin_token, dirs, tmp_path):
     api = Api(client, admin_token)
     api.put_project("crawl", max_resets=0)
     api.enqueue("crawl", [{"id": f"c{i}", "value": f"https://example.org/c/{i}"} for i in range(6)])
-    claimed = body(api.claim("crawl", max_jobs=3, worker_id="laptop-1"))["jobs"]
-    body(api.complete("crawl", claimed[:1], worker_id="laptop-1"))
-    body(api.fail("crawl", claimed[1:2], retryable=False, worker_id="laptop-1", code="http_404"))
+    claimed = body(api.claim("crawl", max_jobs=3, worker_id="zh-walk-laptop"))["jobs"]
+    body(api.complete("crawl", claimed[:1], worker_id="zh-walk-laptop"))
+    body(api.fail("crawl", claimed[1:2], retryable=False, worker_id="zh-walk-laptop", code="http_404"))
     api.put_project("papers", kind="pdf", identity_mode="unique_value")
     api.enqueue("papers", [{"value": "10.1234/walk.1"}])
     node = Node(client, app, name="lab-3")
@@ -126,7 +126,7 @@ def fleet(app, client, admin_token, dirs, tmp_path):
         "admin.search": ["/admin/search", "/admin/search?q=harbour"],
         "admin.sites": ["/admin/sites"], "admin.users": ["/admin/users"], "admin.workers": ["/admin/workers"],
         "admin.node": [f"/admin/workers/node/{node.node_id}"],
-        "admin.token_worker": ["/admin/workers/token/admin/laptop-1"],
+        "admin.token_worker": ["/admin/workers/token/admin/zh-walk-laptop"],
         "documents_pages.index": ["/documents"], "documents_pages.show": [f"/documents/{document_id}"],
         "progress_pages.index": ["/progress"], "worker_pages.index": ["/worker"], "auth.login": ["/login"],
     }

@@ -10,7 +10,8 @@ five million:
   index ``ix_attempts_project_done``;
 - failures per minute, recent errors and errors by code: the small partial
   index ``ix_attempts_failed_finished`` (errors by code read at most the
-  newest ``ERROR_SCAN_CAP`` of the day);
+  newest ``ERROR_SCAN_CAP`` of the day, and again only when a failure came
+  since or a minute passed);
 - the leaderboard: a day of done attempts (``ix_attempts_project_done``)
   joined to their uploads' sizes, read at most once a minute per process;
 - staged and outbox backlog: counts capped at ``BACKLOG_CAP`` rows, so an
@@ -21,6 +22,7 @@ after the first view, a refresh reads only the last few minutes of attempts.
 """
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections import defaultdict
@@ -136,8 +138,8 @@ def reset_cache() -> None:
     """Forget cached minutes and the leaderboard (tests that rewrite history)."""
     with _throughput.lock:
         _throughput.reset()
-    with _leaderboard.lock:
-        _leaderboard.key = None
+    _leaderboard.clear()
+    _errors.clear()
 
 
 def total(series_by_project: dict[str, list[int]]) -> list[int]:
@@ -222,28 +224,38 @@ GROUP BY 1, 2
 """
 
 
-class _Leaderboard:
-    """Done attempts of the last hour and day by worker (token workers by
-    their user, nodes one by one), read at most once per ``LEADERBOARD_TTL_S``."""
+class _Recent:
+    """Answers worth reading at most once per ``ttl_s`` per process, by key
+    (the database and the question): a page many people keep open costs one
+    query per period, not one per view. Copies go out, so a caller's edits
+    never reach the cache."""
 
-    def __init__(self):
+    def __init__(self, ttl_s: float):
+        self.ttl_s = ttl_s
         self.lock = threading.Lock()
-        self.key: tuple | None = None
-        self.rows: list[dict] = []
-        self.read_at = 0.0
+        self.answers: dict[tuple, tuple[float, object]] = {}
 
-    def rows_for(self, project_ids: list[str]) -> list[dict]:
-        key = (str(db.engine.url), tuple(sorted(project_ids)))
+    def get(self, key: tuple, read):
+        key = (str(db.engine.url), *key)
         with self.lock:
-            if key != self.key or time.monotonic() - self.read_at > LEADERBOARD_TTL_S:
-                result = db.session.execute(text(_LEADERBOARD), {"ids": list(key[1])}).mappings()
-                self.rows = [{k: (int(v) if k not in ("worker_owner", "node_id") else v) for k, v in r.items()}
-                             for r in result]
-                self.key, self.read_at = key, time.monotonic()
-            return [dict(r) for r in self.rows]
+            kept = self.answers.get(key)
+            if kept is None or time.monotonic() - kept[0] > self.ttl_s:
+                if len(self.answers) > 1000:  # a bound, for many distinct questions
+                    self.answers.clear()
+                kept = self.answers[key] = (time.monotonic(), read())
+            return copy.deepcopy(kept[1])
+
+    def clear(self) -> None:
+        with self.lock:
+            self.answers.clear()
 
 
-_leaderboard = _Leaderboard()
+_leaderboard = _Recent(LEADERBOARD_TTL_S)
+
+
+def _leaderboard_rows(project_ids: list[str]) -> list[dict]:
+    result = db.session.execute(text(_LEADERBOARD), {"ids": project_ids}).mappings()
+    return [{k: (int(v) if k not in ("worker_owner", "node_id") else v) for k, v in r.items()} for r in result]
 
 
 def leaderboard(project_ids: list[str], *, limit: int = 10) -> dict:
@@ -254,7 +266,8 @@ def leaderboard(project_ids: list[str], *, limit: int = 10) -> dict:
         ``{"hour": [...], "day": [...]}``, rows ``{worker_owner, node_id,
         workers, items_hour, bytes_hour, items_day, bytes_day}``.
     """
-    rows = _leaderboard.rows_for(project_ids)
+    ids = sorted(project_ids)
+    rows = _leaderboard.get(("leaderboard", *ids), lambda: _leaderboard_rows(ids))
     by = {"hour": ("items_hour", "bytes_hour"), "day": ("items_day", "bytes_day")}
     return {board: sorted((r for r in rows if r[keys[0]]), key=lambda r: (-r[keys[0]], -r[keys[1]]))[:limit]
             for board, keys in by.items()}
@@ -264,6 +277,10 @@ def leaderboard(project_ids: list[str], *, limit: int = 10) -> dict:
 # day: a mass failure (a publisher down for a day) costs a bounded scan, and
 # the page says its counts are of the newest ERROR_SCAN_CAP.
 ERROR_SCAN_CAP = 10_000
+# ... and are read again when a failure came since, or at the latest after
+# this long (failures leaving the day's window change them slowly).
+ERRORS_TTL_S = 60
+_NEWEST_FAILURE = "SELECT max(finished_at) FROM attempts WHERE state IN ('failed', 'expired')"
 
 _ERROR_GROUPS = """
 SELECT project_id, code, count(*) AS attempts, count(DISTINCT job_id) AS jobs,
@@ -285,6 +302,9 @@ LIMIT :n
 """
 
 
+_errors = _Recent(ERRORS_TTL_S)
+
+
 def error_groups(project_id: str | None = None, *, limit: int = 20, window_s: int = 86400) -> dict:
     """Failed and expired attempts of the last ``window_s`` seconds grouped by
     project and error code, the largest group first: how many attempts, how
@@ -294,6 +314,14 @@ def error_groups(project_id: str | None = None, *, limit: int = 20, window_s: in
         ``{"groups": [...], "capped": bool}``; capped when the newest
         ``ERROR_SCAN_CAP`` attempts were all the scan read.
     """
+    # The newest failure anywhere (one step down ix_attempts_failed_finished)
+    # is part of the key: a new failure is on the page at the next view.
+    newest = db.session.execute(text(_NEWEST_FAILURE)).scalar()
+    return _errors.get(("errors", project_id, limit, window_s, newest),
+                       lambda: _read_error_groups(project_id, limit, window_s))
+
+
+def _read_error_groups(project_id: str | None, limit: int, window_s: int) -> dict:
     params: dict = {"window": window_s, "cap": ERROR_SCAN_CAP, "n": limit}
     project_filter = ""
     if project_id is not None:
