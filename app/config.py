@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import sys
 from pathlib import Path
@@ -49,6 +50,10 @@ class Defaults:
     # SECRET_KEY) so that its admin and owner can view it again; false keeps
     # digests only.
     MACHINE_TOKENS_VIEWABLE = True
+    # What new user machine tokens start with. An installation switched from
+    # SavewebHQ may keep issuing its "hq_" tokens (its scripts check for it);
+    # tokens already issued work whatever they start with.
+    MACHINE_TOKEN_PREFIX = "fhq_"
     # PostgreSQL, the one source of truth (a pooler's address with DATABASE_POOLER).
     DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/fleethq"
     # Redis, the Dramatiq broker of the tasks process (messages only; losing them delays, never loses).
@@ -270,6 +275,10 @@ def load(overrides: dict | None = None) -> dict:
     for key in CLOCK_PERIODS:
         _bounded_int(cfg, key, 1, 86_400)
     _check_kinds(cfg)  # after the bounded ones, whose messages say more
+    if not re.fullmatch(r"[A-Za-z0-9]{1,15}_", str(cfg["MACHINE_TOKEN_PREFIX"])) or \
+            cfg["MACHINE_TOKEN_PREFIX"] == "fhqn_":
+        raise ConfigError("MACHINE_TOKEN_PREFIX must be 1..15 letters or digits and an underscore "
+                          f"(fhq_, hq_), not an enrolled node's fhqn_: {cfg['MACHINE_TOKEN_PREFIX']!r}")
     session_args = _pooler_connect_args(cfg)
     if cfg["SPOOL_BACKEND"] not in SPOOL_BACKENDS:
         raise ConfigError(f"SPOOL_BACKEND must be {' or '.join(SPOOL_BACKENDS)}, "

@@ -403,3 +403,27 @@ def test_a_token_imported_by_its_savewebhq_digest_authenticates_then_becomes_vie
     assert Http(admin.url, "hq_second")("GET", "/whoami").json() == {"user_id": "crawler-2"}
     with app.app_context():
         assert accounts.view_token("crawler-2") == "hq_second"
+
+
+# ------------------------------------------------ a switched installation's prefix
+
+def test_a_switched_installation_keeps_issuing_hq_tokens(app, database_url):
+    """MACHINE_TOKEN_PREFIX=hq_: rotated and bootstrapped tokens start with
+    SavewebHQ's hq_ (its scripts assert it) and work like any other."""
+    with _app_on(database_url, MACHINE_TOKEN_PREFIX="hq_") as switched:
+        accounts.put_user("carried", ["worker"])
+        token = accounts.rotate_token("carried")
+        assert token.startswith("hq_") and len(token) == len("hq_") + 43
+        answer = switched.test_client().get("/api/v1/whoami", headers={"Authorization": f"Bearer {token}"})
+        assert answer.status_code == 200 and answer.get_json()["user_id"] == "carried"
+    with _app_on(database_url) as default:
+        assert accounts.rotate_token("carried").startswith("fhq_")
+        assert default.config["MACHINE_TOKEN_PREFIX"] == "fhq_"
+
+
+@pytest.mark.parametrize("prefix", ["fhqn_", "hq", "hq-", "a-b_", ""])
+def test_a_prefix_that_could_pass_for_something_else_is_refused_at_start(prefix):
+    from app.config import ConfigError, load
+    with pytest.raises(ConfigError, match="MACHINE_TOKEN_PREFIX"):
+        load({"MACHINE_TOKEN_PREFIX": prefix, "DATABASE_URL": "postgresql://localhost/x",
+              "SECRET_KEY": "k" * 32})

@@ -161,14 +161,20 @@ def install_token(user_id: str, token: str) -> None:
     db.session.commit()
 
 
+def new_machine_token() -> str:
+    """A fresh machine token with the installation's prefix (``fhq_``, or
+    ``hq_`` where SavewebHQ's tokens are kept, MACHINE_TOKEN_PREFIX)."""
+    return tokens.new_secret(current_app.config.get("MACHINE_TOKEN_PREFIX") or tokens.USER_TOKEN_PREFIX)
+
+
 def rotate_token(user_id: str) -> str:
-    """Issue a new ``fhq_`` machine token (the old one stops working). Commits.
+    """Issue a new machine token (the old one stops working). Commits.
 
     Returns:
         The token in clear.
     """
     get_user(user_id)
-    token = tokens.new_secret(tokens.USER_TOKEN_PREFIX)
+    token = new_machine_token()
     _install(user_id, token)
     audit.record("token.rotate", "user", user_id)
     db.session.commit()

@@ -39,7 +39,7 @@ def bootstrap_user(user_id, roles, machine_token_file):
     token = _read_token_file(machine_token_file) if machine_token_file else ""
     fresh = not token
     if fresh:
-        token = tokens.new_secret(tokens.USER_TOKEN_PREFIX)
+        token = accounts.new_machine_token()
         if machine_token_file:
             # Written before it is installed: if installing fails, running
             # the command again installs the token the file holds.
