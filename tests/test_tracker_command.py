@@ -59,6 +59,16 @@ def test_savewebhqs_readme_setup_runs_under_the_name_tracker(scratch_database_ur
         assert requests.get(base + "/api/v1/whoami", headers=headers, timeout=10).json()["user_id"] == "admin"
         project = requests.get(base + "/api/v1/admin/projects/sinavideo", headers=headers, timeout=10)
         assert project.status_code == 200 and project.json()["id"] == "sinavideo"
+        # Without -web-session-secret-file the workers share a key kept in the
+        # data directory (0600), so a token issued through one is viewable again.
+        key = tmp_path / "data" / "secret_key"
+        assert key.exists() and key.stat().st_mode & 0o777 == 0o600
+        users = base + "/api/v1/admin/users/api-worker"
+        assert requests.put(users, json={"status": "active", "roles": ["worker"]}, headers=headers,
+                            timeout=10).status_code == 204
+        issued = requests.post(users + "/machine-token", headers=headers, timeout=10).json()
+        viewed = requests.get(users + "/machine-token", headers=headers, timeout=10)
+        assert viewed.status_code == 200 and viewed.json() == issued
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=60)

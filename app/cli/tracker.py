@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import stat
 import sys
+from pathlib import Path
 
 COMMANDS = ("web-keygen", "migrate", "bootstrap-user", "put-project", "enqueue-source", "serve")
 USAGE = "usage: tracker {web-keygen|migrate|bootstrap-user|put-project|enqueue-source|serve} [flags]"
@@ -76,7 +78,28 @@ def _serve_env(argv: list[str]) -> dict[str, str]:
             continue
         env[SERVE_FLAGS[name]] = value
     env.setdefault("FLEETHQ_BIND", "0.0.0.0:8080")  # SavewebHQ's default -listen
+    _keep_a_session_secret(env)
     return env
+
+
+def _keep_a_session_secret(env: dict[str, str]) -> None:
+    """SavewebHQ's serve runs without ``-web-session-secret-file``. FleetHQ's
+    gunicorn workers must share one key (sessions, the sealed copies that let
+    a machine token be viewed again), kept across restarts: without a key of
+    its own the installation gets one in its data directory, made once, 0600."""
+    if env.get("FLEETHQ_SECRET_KEY") or env.get("FLEETHQ_SECRET_KEY_FILE"):
+        return
+    data = Path(env.get("FLEETHQ_DATA_DIR") or "var")
+    data.mkdir(parents=True, exist_ok=True)
+    path = data / "secret_key"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(32) + "\n")
+    env["FLEETHQ_SECRET_KEY_FILE"] = str(path.resolve())
 
 
 def main(argv: list[str] | None = None) -> int:
