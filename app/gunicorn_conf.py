@@ -82,8 +82,7 @@ class _Logger(glogging.Logger):
     def setup(self, cfg):
         super().setup(cfg)
         from workers import logs
-        logs.configure("web", level=os.environ.get("FLEETHQ_LOG_LEVEL", "INFO"),
-                       adopt=("gunicorn.error", "gunicorn.access"))
+        logs.configure("web", adopt=("gunicorn.error", "gunicorn.access"))
 
 
 logger_class = _Logger

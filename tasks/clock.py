@@ -147,7 +147,7 @@ def _interrupt(*_):
 
 def main() -> None:
     from workers import logs
-    logs.configure("clock", level=os.environ.get("FLEETHQ_LOG_LEVEL", "INFO"))
+    logs.configure("clock")
     import tasks
     from app import config as app_config
     with app_config.reported():

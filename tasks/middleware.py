@@ -6,7 +6,6 @@ worker's follow-up work (an archive's hook deliveries) lands in its own queues.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 
@@ -34,7 +33,7 @@ class AppContext(dramatiq.Middleware):
     def before_worker_boot(self, broker, worker):
         # Dramatiq set up a handler that pipes each line to its parent: the
         # lines keep that way and take FleetHQ's one format (workers/logs.py).
-        logs.configure("tasks", level=os.environ.get("FLEETHQ_LOG_LEVEL", "INFO"), adopt=("",))
+        logs.configure("tasks", adopt=("",))
 
     def before_process_message(self, broker, message):
         # The request whose outbox hint this is (tasks/sender.py), on every

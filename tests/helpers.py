@@ -162,3 +162,19 @@ def api_error(response, status: int, code: str) -> dict:
         assert err["retryable"] is False
         assert err["retry_after_ms"] == 0
     return err
+
+
+def stop_group(proc, timeout: float = 30) -> None:
+    """SIGTERM a process started with ``start_new_session=True`` and all its
+    children, then SIGKILL what outlives ``timeout``."""
+    import os
+    import signal
+    import subprocess
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

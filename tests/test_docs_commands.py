@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import free_port
+from tests.helpers import stop_group
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -76,11 +76,7 @@ def stack(tmp_path_factory):
         demo_documents._letter(home / "var")  # the scan the documents demo adds
         yield {"home": home, "base": base, "port": port, "env": env, "token": token}
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc, timeout=60)
         log.close()
 
 

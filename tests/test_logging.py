@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import re
-import signal
 import subprocess
 import sys
 
@@ -19,7 +18,7 @@ import redis
 import requests
 
 from tests.gunicorn_master import ROOT, Gunicorn
-from tests.helpers import Api, sql, wait_for
+from tests.helpers import Api, sql, stop_group, wait_for
 from workers import logs
 
 BIN = os.path.dirname(sys.executable)
@@ -114,10 +113,5 @@ def test_the_request_id_follows_a_request_into_its_task(app, admin_token, databa
                     if raw.strip() and not raw.startswith("{")], "every web line is JSON"
     finally:
         web.stop()
-        if tasks.poll() is None:
-            os.killpg(tasks.pid, signal.SIGTERM)
-            try:
-                tasks.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(tasks.pid, signal.SIGKILL)
+        stop_group(tasks)
         tasks_log.close()

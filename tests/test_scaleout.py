@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from app.storage import content_key
 from tests.conftest import free_port
 from tests.fleet_helpers import Node, new_identity, pdf_project
 from tests.gunicorn_master import ROOT, Gunicorn
-from tests.helpers import Api, body, db_rows, wait_for
+from tests.helpers import Api, body, db_rows, stop_group, wait_for
 from tests.pdfs import make_pdf
 from tests.roundrobin_proxy import ProxyProcess
 from tests.support.archive import MotoServer, s3_client
@@ -84,13 +83,7 @@ class Cluster:
         for web in self.webs:
             web.stop()
         for proc in (self.clock, self.tasks):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+            stop_group(proc)
         self.tasks_log.close()
         self.clock_log.close()
         self.moto.stop()

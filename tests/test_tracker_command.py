@@ -6,7 +6,6 @@ master answers that token."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import time
 import requests
 
 from tests.conftest import free_port
+from tests.helpers import stop_group
 
 TRACKER = os.path.join(os.path.dirname(sys.executable), "tracker")
 HQ_TOKEN = "hq_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8S9t0U1v"
@@ -70,8 +70,7 @@ def test_savewebhqs_readme_setup_runs_under_the_name_tracker(scratch_database_ur
         viewed = requests.get(users + "/machine-token", headers=headers, timeout=10)
         assert viewed.status_code == 200 and viewed.json() == issued
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=60)
+        stop_group(server, timeout=60)
     loose = tmp_path / "github-secret"
     loose.write_text("s3cret\n")
     loose.chmod(0o640)

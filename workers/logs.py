@@ -26,6 +26,7 @@ import sys
 import structlog
 
 JSON_SETTING = "FLEETHQ_LOG_JSON"
+LEVEL_SETTING = "FLEETHQ_LOG_LEVEL"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -122,14 +123,16 @@ class _Handler(logging.StreamHandler):
         super().emit(record)
 
 
-def configure(role: str, *, json=None, level="INFO", stream=None, adopt: tuple[str, ...] = ()) -> None:
+def configure(role: str, *, json=None, level=None, stream=None, adopt: tuple[str, ...] = ()) -> None:
     """Route this process's log records through one renderer.
 
     Adds a stderr handler to the root logger (replacing one an earlier call
     added), and gives the handlers already on the loggers named in ``adopt``
     ("" is the root) the same format, so lines that go where Dramatiq or
     gunicorn send them (a pipe to the parent, the error log) read the same.
+    ``level`` unset: ``FLEETHQ_LOG_LEVEL``, else INFO.
     """
+    level = level or os.environ.get(LEVEL_SETTING) or "INFO"
     fmt = formatter(role, json=json, stream=stream or sys.stderr)
     root = logging.getLogger()
     for handler in [h for h in root.handlers if isinstance(h, _Handler)]:

@@ -73,7 +73,7 @@ class FleetGroup(AppGroup):
         from workers import logs
         # A command's lines in FleetHQ's one format; long-running commands
         # (documents consume) name their own role.
-        logs.configure(os.environ.get("FLEETHQ_PROCESS", "cli"), level=os.environ.get("FLEETHQ_LOG_LEVEL", "INFO"))
+        logs.configure(os.environ.get("FLEETHQ_PROCESS", "cli"))
         try:
             return super().invoke(ctx)
         except SchemaTooNew as exc:

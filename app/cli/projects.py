@@ -11,6 +11,7 @@ import click
 from app.cli.group import database_url_option, emit, fail, fleet
 from app.cli.tables import Column, answer, json_option, key
 from app.errors import FleetError, InvalidRequest
+from app.projects.models import JOB_STATES
 
 
 def _policy_options(fn):
@@ -164,7 +165,7 @@ def _count(state: str) -> Column:
 
 
 PROJECT_COLUMNS = [key("id", "PROJECT"), key("kind"), key("status"),
-                   *(_count(s) for s in ("todo", "wip", "staged", "done", "failed", "reset_exhausted")),
+                   *(_count(s) for s in JOB_STATES),
                    Column("TOTAL", lambda p: sum(p["job_counts"].values()), right=True)]
 
 

@@ -45,6 +45,7 @@ def age(seconds) -> str:
 
 
 def size(count) -> str:
+    """Bytes for a terminal (app.i18n.byte_size is the pages' one, in the page's language)."""
     if count is None:
         return "—"
     count = float(count)

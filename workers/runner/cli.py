@@ -132,13 +132,13 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="enroll (first start), then claim, fetch and deliver")
     add_arguments(run)
-    run.add_argument("--log-level", default=os.environ.get("FLEETHQ_LOG_LEVEL", "INFO"))
+    run.add_argument("--log-level", default=None, help="default FLEETHQ_LOG_LEVEL, else INFO")
     status = sub.add_parser("status", help="show the volume's identity and journal")
     status.add_argument("--volume", default=None)
     status.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
     logs.configure(os.environ.get("FLEETHQ_PROCESS", "worker"),
-                   level=getattr(logging, str(args.log_level).upper(), logging.INFO))
+                   level=getattr(logging, str(args.log_level).upper(), logging.INFO) if args.log_level else None)
     if args.command != "run":
         return cmd_status(args)
     try:
