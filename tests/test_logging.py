@@ -52,6 +52,15 @@ def test_json_lines_carry_an_iso_utc_time_the_role_and_what_was_bound(restore_lo
     assert (line["msg"], line["request_id"], line["project_id"]) == ("lease j1 swept", "r-42", "papers")
 
 
+def test_a_process_started_under_a_role_of_its_own_says_so(restore_logging, monkeypatch):
+    """The master's fetcher runs the worker program with FLEETHQ_PROCESS=fetcher."""
+    monkeypatch.setenv(logs.PROCESS_SETTING, "fetcher")
+    out = io.StringIO()
+    logs.configure("worker", json=True, stream=out)
+    logging.getLogger("fleethq.worker").warning("claimed")
+    assert json.loads(out.getvalue().splitlines()[-1])["process"] == "fetcher"
+
+
 def test_a_terminal_gets_readable_text_and_production_gets_json(restore_logging, monkeypatch):
     monkeypatch.delenv(logs.JSON_SETTING, raising=False)
     assert logs.wants_json(None, Terminal()) is False

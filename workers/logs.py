@@ -27,6 +27,10 @@ import structlog
 
 JSON_SETTING = "FLEETHQ_LOG_JSON"
 LEVEL_SETTING = "FLEETHQ_LOG_LEVEL"
+# A process started by another under a role of its own (the master's
+# fetcher runs the worker program) says so here; it wins over the entry
+# point's default role.
+PROCESS_SETTING = "FLEETHQ_PROCESS"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -133,6 +137,7 @@ def configure(role: str, *, json=None, level=None, stream=None, adopt: tuple[str
     ``level`` unset: ``FLEETHQ_LOG_LEVEL``, else INFO.
     """
     level = level or os.environ.get(LEVEL_SETTING) or "INFO"
+    role = os.environ.get(PROCESS_SETTING) or role
     fmt = formatter(role, json=json, stream=stream or sys.stderr)
     root = logging.getLogger()
     for handler in [h for h in root.handlers if isinstance(h, _Handler)]:

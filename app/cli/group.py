@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 
 import click
@@ -73,7 +72,7 @@ class FleetGroup(AppGroup):
         from workers import logs
         # A command's lines in FleetHQ's one format; long-running commands
         # (documents consume) name their own role.
-        logs.configure(os.environ.get("FLEETHQ_PROCESS", "cli"))
+        logs.configure("cli")
         try:
             return super().invoke(ctx)
         except SchemaTooNew as exc:

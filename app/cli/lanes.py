@@ -11,6 +11,7 @@ import click
 from app.cli.group import emit, fail, fleet
 from app.errors import FleetError
 from app.fleet.models import TIERS
+from workers import logs
 
 # The master's own secrets and stores: the fetcher talks HTTP to the master
 # like any worker and never gets them.
@@ -114,7 +115,7 @@ def local_worker(tier, concurrency, volume, master_url, name, worker_args):
     db.engine.dispose()  # the worker below has no database connection
     env = {k: v for k, v in os.environ.items() if k not in _NOT_FOR_THE_WORKER
            and not k.startswith("S3_")}
-    env["FLEETHQ_PROCESS"] = "fetcher"  # its log lines say which process they are
+    env[logs.PROCESS_SETTING] = "fetcher"  # its log lines say which process they are
     argv = [sys.executable, "-m", "workers.runner.cli", "run", "--master", master_url,
             "--volume", str(root), "--concurrency", str(concurrency), "--allow-http",
             "--name", identity.name, *worker_args]

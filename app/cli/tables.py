@@ -86,11 +86,10 @@ def table_wanted(as_json: bool | None) -> bool:
     return sys.stdout.isatty() if as_json is None else not as_json
 
 
-def answer(rows: list[dict], columns: list[Column], as_json: bool | None, *, empty: str = "(none)",
-           obj=None) -> None:
-    """The command's answer: ``obj`` (default ``rows``) as JSON, or the rows as a table."""
+def answer(rows: list[dict], columns: list[Column], as_json: bool | None, *, empty: str = "(none)") -> None:
+    """The command's answer: the rows as JSON, or as a table."""
     if not table_wanted(as_json):
-        emit(rows if obj is None else obj)
+        emit(rows)
         return
     click.echo(render(rows, columns) if rows else empty)
 

@@ -5,7 +5,6 @@ outbox hints start (tasks/sender.py)."""
 from __future__ import annotations
 
 import logging
-import os
 import re
 import secrets
 import time
@@ -18,14 +17,11 @@ REQUEST_ID_HEADER = "X-Request-ID"
 _VALID_REQUEST_ID = re.compile(r"\A[A-Za-z0-9._:-]{1,128}\Z")
 
 
-# The role of a process whose entry point did not name one (a WSGI server
-# other than the documented gunicorn, a script calling create_app).
-PROCESS_ENV = "FLEETHQ_PROCESS"
-
-
 def init_app(app) -> None:
     if not logs.configured():
-        logs.configure(os.environ.get(PROCESS_ENV, "web"), json=app.config.get("LOG_JSON"),
+        # No entry point named a role (a WSGI server other than the documented
+        # gunicorn, a script calling create_app): the web's.
+        logs.configure("web", json=app.config.get("LOG_JSON"),
                        level=app.config.get("LOG_LEVEL", "INFO"))
     access = logging.getLogger("fleethq.access")
 

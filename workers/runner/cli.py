@@ -137,7 +137,7 @@ def main(argv=None) -> int:
     status.add_argument("--volume", default=None)
     status.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
-    logs.configure(os.environ.get("FLEETHQ_PROCESS", "worker"),
+    logs.configure("worker",
                    level=getattr(logging, str(args.log_level).upper(), logging.INFO) if args.log_level else None)
     if args.command != "run":
         return cmd_status(args)
