@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+from app.api import API_CACHE_CONTROL
+
 VERSION = "test-1"
 
 
@@ -147,7 +149,7 @@ ENVELOPE_KEYS = {"code", "message", "retryable", "retry_after_ms", "details"}
 def api_error(response, status: int, code: str) -> dict:
     """Assert one error in the machine API's envelope; return its ``error``."""
     assert response.status_code == status, (response.status_code, response.data[:500])
-    assert response.headers["Cache-Control"] == "no-store"
+    assert response.headers["Cache-Control"] == API_CACHE_CONTROL
     assert response.mimetype == "application/json"
     payload = json.loads(response.data)
     assert set(payload) == {"error"}

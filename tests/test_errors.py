@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.helpers import ENVELOPE_KEYS, VERSION, Api, api_error, body, values
+from tests.helpers import API_CACHE_CONTROL, ENVELOPE_KEYS, VERSION, Api, api_error, body, values
 
 CLAIM_PATH = "/api/v1/projects/p/jobs/claim"
 GOOD_CLAIM = {"worker_id": "w1", "max_jobs": 1, "lease_seconds": 60}
@@ -152,7 +152,7 @@ def test_whoami_answers_any_valid_token(api, client, users):
     for user_id, token in (("wk", users["worker"]), ("rd", users["reader"]), ("nobody", users["none"])):
         response = Api(client, token).call("GET", "/api/v1/whoami")
         assert response.status_code == 200
-        assert response.headers["Cache-Control"] == "no-store"
+        assert response.headers["Cache-Control"] == API_CACHE_CONTROL
         assert body(response) == {"user_id": user_id}
 
 
@@ -526,7 +526,7 @@ def test_admin_routes_need_no_client_version(client, admin_token):
 def test_wrong_method_is_405(api, method, path):
     response = api.call(method, path)
     assert response.status_code == 405
-    assert response.headers["Cache-Control"] == "no-store"
+    assert response.headers["Cache-Control"] == API_CACHE_CONTROL
     err = json.loads(response.data)["error"]
     assert set(err) == ENVELOPE_KEYS
     assert err["retryable"] is False
@@ -554,7 +554,7 @@ def test_500_never_carries_internals(database_url):
     app.add_url_rule("/api/v1/_test_boom", "test_boom", boom)
     response = app.test_client().get("/api/v1/_test_boom")
     assert response.status_code == 500
-    assert response.headers["Cache-Control"] == "no-store"
+    assert response.headers["Cache-Control"] == API_CACHE_CONTROL
     err = json.loads(response.data)["error"]
     assert set(err) == ENVELOPE_KEYS
     assert err["code"] == "internal_error"
@@ -604,7 +604,7 @@ def test_every_api_response_is_no_store(api, client, admin_token):
     ]
     assert {r.status_code for r in responses} >= {200, 201, 204, 401, 404}
     for response in responses:
-        assert response.headers.get("Cache-Control") == "no-store", response.request.path
+        assert response.headers.get("Cache-Control") == API_CACHE_CONTROL, response.request.path
 
 
 # ---------------------------------------------------------------- machine tokens

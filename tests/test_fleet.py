@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from tests.fleet_helpers import Node, decide, new_identity
-from tests.helpers import Api, body, sql, values
+from tests.helpers import API_CACHE_CONTROL, Api, body, sql, values
 from tests.support.cli import (assert_cli_error, cli, cli_json, cli_text)  # noqa: F401
 
 NODE_LEASE_S = 60
@@ -779,7 +779,7 @@ def test_remote_jobs_show_progress_to_readers_without_topology(app, client, api,
     reader = Api(client, make_user("rita", ["reader"]), version=None)
     response = reader.call("GET", "/api/v1/remote-jobs?project=rj")
     assert response.status_code == 200, body(response)
-    assert response.headers.get("Cache-Control") == "no-store"
+    assert response.headers.get("Cache-Control") == API_CACHE_CONTROL
     rows = {r["id"]: r for r in body(response)["jobs"]}
     assert set(rows) == {f"v{i}" for i in range(7)}
     expected = {"v0": "running", "v1": "done", "v2": "failed", "v3": "uploading", "v4": "staged",

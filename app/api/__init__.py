@@ -25,6 +25,10 @@ def _is_api() -> bool:
 
 DATABASE_RETRY_AFTER_MS = 1000
 
+# SavewebHQ's own value, so that an answer's headers match it exactly: its
+# clients (and ours) read no-store; older proxies honour no-cache and max-age.
+API_CACHE_CONTROL = "no-store, no-cache, max-age=0"
+
 
 def _database_unreachable(exc: Exception) -> bool:
     """A lost or refused database connection (not a bad statement)."""
@@ -89,5 +93,8 @@ def init_app(app) -> None:
     @app.after_request
     def _no_store(response):
         if _is_api():
-            response.headers["Cache-Control"] = "no-store"
+            response.headers["Cache-Control"] = API_CACHE_CONTROL
+            if response.status_code == 204:
+                # Nothing to type: SavewebHQ sends no Content-Type on a 204.
+                response.headers.pop("Content-Type", None)
         return response

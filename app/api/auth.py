@@ -186,7 +186,8 @@ def check_client_version(project) -> None:
         raise UpgradeRequired(
             "client version missing or not allowed for this project",
             details={"client_versions": list(project.client_versions),
-                     "client_version": version})
+                     # SavewebHQ names a missing header as "", not null.
+                     "client_version": version or ""})
 
 
 _BODY_LIMITS = {"worker": "WORKER_BODY_LIMIT", "api": "API_BODY_LIMIT", "enqueue": "ENQUEUE_BODY_LIMIT"}
