@@ -49,6 +49,7 @@ def create_app(config: dict | None = None, *, check_schema: bool = True,
     from app.documents import models as _documents  # noqa: F401
     from app.fleet import models as _fleet  # noqa: F401
     from app.hooks import models as _hooks  # noqa: F401
+    from app.imports import models as _imports  # noqa: F401
     from app.ops import models as _ops  # noqa: F401
     from app.pages import models as _pages  # noqa: F401
     from app.projects import models as _projects  # noqa: F401

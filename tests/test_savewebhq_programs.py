@@ -9,10 +9,11 @@ import json
 import subprocess
 import time
 
+import psycopg
 import pytest
 
 from tests.gunicorn_master import Gunicorn
-from tests.savewebhq_programs import (CLIENT_VERSION, install_user, program, python_sdk, run,
+from tests.savewebhq_programs import (CLIENT_VERSION, Tracker, install_user, program, python_sdk, run,
                                       token_file)
 from tests.savewebhq_wire import Wire, admin_path, expect, project_body, receipt, specs
 
@@ -157,3 +158,72 @@ def test_hqctl_refuses_a_token_file_others_can_read(hq, tmp_path):
                            "-type", "seed", "-input", str(values)], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode != 0 and "must not allow group or other access" in done.stderr, done
+
+
+def test_a_live_switch_under_load_loses_and_duplicates_nothing(app, master, tmp_path):
+    """Workers on SavewebHQ's tracker; import; the workers move to FleetHQ
+    (killed mid-work, their leases left behind); import again; the tracker
+    stops; import once more. Every job ends once, every completion the
+    tracker acknowledged is here."""
+    from tests.test_import_savewebhq import run as import_from
+    tracker = Tracker(tmp_path / "tracker.log")
+    try:
+        admin_file, admin_token = token_file(tmp_path, "admin")
+        worker_file, _ = token_file(tmp_path, "worker")
+        tracker.bootstrap_user("hq-admin", "admin", admin_file)
+        tracker.bootstrap_user("hq-worker", "worker", worker_file)
+        old = Wire(tracker.url, admin_token)
+        assert old.put(admin_path("switch"), project_body(recommended_lease_seconds=4)).status in (200, 201)
+        values = tmp_path / "values.txt"
+        values.write_text("".join(f"https://example.test/switch/{i}\n" for i in range(1500)))
+        run([program("hqctl"), "enqueue", "-url", tracker.url, "-allow-http", "-machine-token-file",
+             str(admin_file), "-project-id", "switch", "-type", "seed", "-input", str(values)])
+        worker = [program("swpworker"), "-token-file", str(worker_file), "-project", "switch",
+                  "-client-version", CLIENT_VERSION, "-n", "100000"]
+        # Slow on the tracker (every tenth job held 2 s, four at a time), so
+        # that jobs are still leased there when its workers move.
+        on_tracker = subprocess.Popen(worker + ["-url", tracker.url, "-concurrency", "4", "-hold", "2s"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            time.sleep(2)
+            first = import_from(app, tracker.database_url)          # the tracker serving
+            more = tmp_path / "more.txt"                            # and still taking jobs
+            more.write_text("".join(f"https://example.test/switch/{i}\n" for i in range(1500, 1600)))
+            run([program("hqctl"), "enqueue", "-url", tracker.url, "-allow-http", "-machine-token-file",
+                 str(admin_file), "-project-id", "switch", "-type", "seed", "-input", str(more)])
+            time.sleep(2)
+        finally:
+            on_tracker.kill()                                       # the workers move
+            on_tracker.wait(timeout=30)
+        second = import_from(app, tracker.database_url)
+        on_fleethq = run(worker + ["-url", master.url, "-concurrency", "16"], timeout=300)
+        tracker.proc.terminate()
+        tracker.proc.wait(timeout=20)
+        third = import_from(app, tracker.database_url)              # after it stopped
+        with psycopg.connect(tracker.database_url.replace("?sslmode=disable", "")) as conn:
+            done_there = {row[0] for row in conn.execute(
+                "SELECT job_id FROM tracker_jobs WHERE status = 'done'")}
+            ended_there, leased_there = conn.execute(
+                "SELECT count(*) FILTER (WHERE status IN ('done', 'failed', 'reset_exhausted')), "
+                "count(*) FILTER (WHERE status = 'wip') FROM tracker_jobs").fetchone()
+    finally:
+        tracker.stop()
+    from tests.helpers import sql
+    states = dict(sql(app, "SELECT state, count(*) FROM jobs WHERE project_id = 'switch' GROUP BY 1"))
+    done_here = {row[0] for row in sql(app, "SELECT id FROM jobs WHERE project_id = 'switch' "
+                                            "AND state = 'done'")}
+    twice = sql(app, "SELECT job_id FROM attempts WHERE project_id = 'switch' AND state = 'done' "
+                     "GROUP BY job_id HAVING count(*) > 1")
+    report = {"jobs": sum(states.values()), "states": states, "ended_on_tracker": ended_there,
+              "leased_on_tracker_at_the_switch": leased_there,
+              "done_on_tracker": len(done_there), "first_import_jobs": first["tables"]["jobs"]["new"],
+              "second_import": {k: second["tables"]["jobs"][k] for k in ("new", "updated", "kept_here")},
+              "done_on_fleethq": json.loads(on_fleethq.stdout[on_fleethq.stdout.index("{"):])["completed"],
+              "third_import_up_to_date": third["up_to_date"]}
+    print("live switch:", json.dumps(report))
+    assert sum(states.values()) == 1600, report
+    assert set(states) <= {"done", "failed", "reset_exhausted"}, report   # every job ended
+    assert done_there <= done_here, report                                # no acknowledged completion lost
+    assert twice == [], report                                            # none done twice
+    assert second["tables"]["jobs"]["new"] == 100 and second["tables"]["jobs"]["updated"] > 0, report
+    assert leased_there > 0, report  # the switch really left leases behind

@@ -5,8 +5,15 @@ target session (``savewebhq_stage``), checks it (``savewebhq_checks``), then
 writes users, machine tokens, projects, jobs with their attempts, the
 worker map and the per-worker claim buckets set-based (``savewebhq_write``) and moves the job-id sequence past
 the imported ids, all in one target transaction: a refused or failed run
-writes nothing. Rows already in the target and equal are left alone, so a
-second run writes nothing and says so; a dry run does everything but write.
+writes nothing; a dry run does everything but write.
+
+A run may be repeated while the old tracker still serves and once more
+after it stops (a live switch): marks left by each run
+(``savewebhq_marks``) tell what changed since in SavewebHQ, here, or both.
+New rows and rows SavewebHQ changed (outcomes, receipts, leases, users,
+tokens, policies) are brought over; what FleetHQ changed is never undone,
+but a job SavewebHQ finished is finished here too. A run with nothing to
+bring writes nothing and says so.
 
 Not carried: web sessions (users sign in again), GitHub numeric ids and
 avatars, and the dispatch token bucket (it starts full, as for a new
@@ -24,28 +31,27 @@ from psycopg.conninfo import conninfo_to_dict
 from app.errors import Conflict
 from app.extensions import db
 from app.imports import savewebhq_checks as checks
+from app.imports import savewebhq_marks as marks
 from app.imports import savewebhq_stage as stage
 from app.imports import savewebhq_write as write
 
 # One import at a time per target database.
 _LOCK_KEY = 0x5A7E_4E70_1D9C
 
-# Rows already in the target, per stage table: the complement is "new".
+# Rows already in the target, for the tables without marks: the complement
+# is "new".
 _PRESENT = {
-    "users": "SELECT count(*) FROM sw_users s WHERE EXISTS (SELECT 1 FROM users u WHERE u.id = s.id)",
-    "machine_tokens": "SELECT count(*) FROM sw_tokens s WHERE NOT s.revoked AND EXISTS "
-                      "(SELECT 1 FROM machine_tokens m WHERE m.user_id = s.user_id)",
-    "projects": "SELECT count(*) FROM sw_projects s WHERE EXISTS "
-                "(SELECT 1 FROM projects p WHERE p.id = s.id)",
-    "jobs": "SELECT count(*) FROM sw_jobs s WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.id = s.id)",
     "worker_users": "SELECT count(*) FROM sw_workers s WHERE EXISTS "
                     "(SELECT 1 FROM worker_users w WHERE w.worker_id = s.worker_id)",
     "claim_buckets": "SELECT count(*) FROM sw_claim_buckets s WHERE EXISTS (SELECT 1 FROM "
                      "worker_claim_buckets b WHERE (b.project_id, b.worker_id, b.bucket_started_at) "
                      "= (s.project_id, s.worker_id, s.bucket_started_at))",
 }
-_STAGE_OF = {"users": "sw_users", "machine_tokens": "sw_tokens", "projects": "sw_projects",
-             "jobs": "sw_jobs", "worker_users": "sw_workers", "claim_buckets": "sw_claim_buckets"}
+_STAGE_OF = {"worker_users": "sw_workers", "claim_buckets": "sw_claim_buckets"}
+# Claim buckets SavewebHQ counted further since the last run.
+_BUCKETS_BEHIND = ("SELECT count(*) FROM sw_claim_buckets s JOIN worker_claim_buckets b "
+                   "USING (project_id, worker_id, bucket_started_at) "
+                   "WHERE (b.claim_requests, b.jobs_dispatched) < (s.claim_requests, s.jobs_dispatched)")
 
 
 def _describe(url: str) -> str:
@@ -71,19 +77,24 @@ def _read(src, tgt, totals, batch: int, say) -> None:
 
 
 def _plan(tgt) -> dict:
-    tables = {}
+    tables: dict[str, dict] = {}
+    for name, verdicts in marks.verdict_counts(tgt).items():
+        tables[name] = {"source": sum(verdicts.values()), "new": verdicts["new"],
+                        "updated": verdicts["catch_up"] + verdicts["finished_there"],
+                        "unchanged": verdicts["unchanged"] + verdicts["legacy"],
+                        "kept_here": verdicts["kept_here"]}
+    tables["jobs"]["finished_there"] = marks.verdict_counts(tgt)["jobs"]["finished_there"]
     for name, present_sql in _PRESENT.items():
         source = tgt.execute(f"SELECT count(*) FROM {_STAGE_OF[name]}").fetchone()[0]
         present = tgt.execute(present_sql).fetchone()[0]
-        tables[name] = {"source": source, "new": 0, "unchanged": present}
+        tables[name] = {"source": source, "new": source - present, "unchanged": present}
+    behind = tgt.execute(_BUCKETS_BEHIND).fetchone()[0]
+    tables["claim_buckets"].update(updated=behind, unchanged=tables["claim_buckets"]["unchanged"] - behind)
     revoked, viewable, legacy = tgt.execute(
         "SELECT count(*) FILTER (WHERE revoked), count(*) FILTER (WHERE NOT revoked AND viewable), "
         "count(*) FILTER (WHERE NOT revoked AND NOT viewable) FROM sw_tokens").fetchone()
     tables["machine_tokens"].update(revoked_not_carried=revoked, viewable=viewable,
                                     digest_only=legacy)
-    for counts in tables.values():
-        carried = counts["source"] - counts.get("revoked_not_carried", 0)
-        counts["new"] = carried - counts["unchanged"]
     tables["jobs"]["new_by_state"] = dict(tgt.execute(
         f"SELECT s.state, count(*) {write.NEW_JOBS} GROUP BY s.state ORDER BY 1").fetchall())
     planned = dict(tgt.execute(write.ATTEMPTS_PLANNED).fetchall())
@@ -91,17 +102,23 @@ def _plan(tgt) -> dict:
     return tables
 
 
-def _write(tgt, totals, batch: int, say) -> list[str]:
+def _write(tgt, totals, batch: int, say, moving: int) -> list[str]:
     small = write.insert_small_tables(tgt)
     say(f"wrote {small['users']} users, {small['machine_tokens']} machine tokens, "
         f"{small['projects']} projects")
-    done = 0
+    done = moved = 0
     for lo, hi in stage.job_ranges(totals, batch):
         jobs, _ = write.insert_jobs(tgt, lo, hi)
         done += jobs
-        say(f"wrote {done} jobs")
+        moved += write.bring_over_jobs(tgt, lo, hi)[0] if moving else 0
+        say(f"wrote {done} new jobs, brought {moved} jobs up to date")
+    if moved != moving:
+        # A job FleetHQ changed after the checks: deciding again is the safe way.
+        raise Conflict(f"{moving - moved} jobs changed here while importing; nothing was written, "
+                       "run the import again", code="import_conflict")
     write.insert_workers(tgt)
     write.insert_claim_buckets(tgt)
+    marks.write_marks(tgt)
     return small["token_users"]
 
 
@@ -155,23 +172,26 @@ def run(source_url: str, *, dry_run: bool = False, batch: int = 100_000,
         tgt = db.session.connection().connection.driver_connection
         tgt.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
         stage.create_stages(tgt)
+        marks.create_verdicts(tgt)
         _read(src, tgt, totals, batch, say)
         src.rollback()
         say("checking")
+        marks.classify(tgt)
         checks.check_source(tgt)
         checks.check_conflicts(tgt)
         tables = _plan(tgt)
-        warnings = checks.warnings(tgt, totals.tokens_plain_mismatch)
+        warnings = checks.warnings(tgt, totals.tokens_plain_mismatch) + marks.kept_here_warnings(tgt)
         sequence = write.move_job_sequence(tgt, totals.max_job_id, write=False)
-        changed = (any(t["new"] for t in tables.values())
+        changed = (any(t["new"] or t.get("updated") for t in tables.values())
                    or sequence["next_after"] != sequence["next_before"])
+        adopting = marks.unmarked(tgt)
         viewable = dict(tgt.execute(
             "SELECT user_id, token FROM sw_tokens WHERE viewable AND NOT revoked").fetchall())
         token_users: list[str] = []
-        if dry_run or not changed:
+        if dry_run or not (changed or adopting):
             db.session.rollback()
         else:
-            token_users = _write(tgt, totals, batch, say)
+            token_users = _write(tgt, totals, batch, say, tables["jobs"]["updated"])
             sequence = write.move_job_sequence(tgt, totals.max_job_id, write=True)
             db.session.commit()
             say("committed")

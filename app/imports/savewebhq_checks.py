@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import psycopg
 
 from app.errors import Conflict, InvalidRequest
+from app.imports.savewebhq_marks import with_verdict
 
 EXAMPLES = 5
 
@@ -42,14 +43,21 @@ SOURCE_CHECKS = {
 }
 
 # Compared fields are what the import writes (FleetHQ-only fields are free).
+# A row this import marked before is not compared: savewebhq_marks decides
+# what changed on which side. Only rows with no mark ("legacy": carried before
+# marks existed, or FleetHQ's own) must be equal; a key SavewebHQ's new or
+# changed rows take must be free.
+_LEGACY = ("legacy",)
 CONFLICT_CHECKS = {
     "users": "SELECT s.id FROM sw_users s JOIN users u ON u.id = s.id "
              "WHERE (u.status, u.roles, u.github_login) IS DISTINCT FROM "
-             "(s.status, s.roles, s.github_login)",
+             f"(s.status, s.roles, s.github_login) AND {with_verdict('users', _LEGACY)}",
     "machine_tokens": "SELECT s.user_id FROM sw_tokens s JOIN machine_tokens m "
                       "ON m.user_id = s.user_id OR m.token_hash = s.token_hash "
-                      "WHERE NOT s.revoked AND (m.user_id, m.token_hash) <> (s.user_id, s.token_hash)",
-    "projects": "SELECT s.id FROM sw_projects s JOIN projects p ON p.id = s.id "
+                      "WHERE NOT s.revoked AND (m.user_id, m.token_hash) <> (s.user_id, s.token_hash) "
+                      f"AND (m.user_id <> s.user_id OR {with_verdict('machine_tokens', _LEGACY)})",
+    "projects": "SELECT s.id FROM sw_projects s JOIN projects p "
+                f"ON p.id = s.id AND {with_verdict('projects', _LEGACY)} "
                 "WHERE (p.kind, p.status, p.identity_mode, p.claim_order, p.dispatch_qps, "
                 "p.worker_claim_qps, p.max_jobs_per_claim, p.max_resets, "
                 "p.recommended_lease_seconds, p.client_versions, p.policy_version) "
@@ -59,7 +67,7 @@ CONFLICT_CHECKS = {
     "worker_users": "SELECT s.worker_id FROM sw_workers s JOIN worker_users w "
                     "ON w.worker_id = s.worker_id WHERE w.user_id <> s.user_id",
     "jobs (id in use by another job)":
-        "SELECT s.id FROM sw_jobs s JOIN jobs j ON j.id = s.id "
+        f"SELECT s.id FROM sw_jobs s JOIN jobs j ON j.id = s.id AND {with_verdict('jobs', _LEGACY)} "
         "WHERE (j.project_id, j.ext_id, j.value, j.type, j.via, j.hops, j.attr, j.random_key, "
         "j.state, j.resets) IS DISTINCT FROM (s.project_id, s.ext_id, s.value, "
         "COALESCE(NULLIF(s.type, ''), 'seed'), s.via, s.hops::int, s.attr, s.random_key, "

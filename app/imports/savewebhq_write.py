@@ -33,24 +33,37 @@ from __future__ import annotations
 
 import psycopg
 
+from app.imports.savewebhq_marks import KINDS, TERMINAL, with_verdict
 from app.projects.policy import defaults
 
 IMPORTED_WORKER = "savewebhq-import"
 
-USERS = """
+USERS = f"""
 INSERT INTO users (id, status, roles, github_login, created_at, updated_at)
 SELECT s.id, s.status, s.roles, s.github_login, s.created_at, s.updated_at FROM sw_users s
-WHERE NOT EXISTS (SELECT 1 FROM users u WHERE u.id = s.id)
+WHERE {with_verdict('users', ('new',))}
 """
 
-TOKENS = """
+USERS_CAUGHT_UP = f"""
+UPDATE users t SET status = s.status, roles = s.roles, github_login = s.github_login,
+    updated_at = s.updated_at
+FROM sw_users s WHERE t.id = s.id AND {with_verdict('users', ('catch_up',))}
+"""
+
+# A token SavewebHQ rotated or revoked since: the one here goes first.
+TOKENS_REPLACED = f"""
+DELETE FROM machine_tokens t USING sw_tokens s
+WHERE t.user_id = s.user_id AND {with_verdict('machine_tokens', ('catch_up',))}
+"""
+
+TOKENS = f"""
 INSERT INTO machine_tokens (user_id, token_hash, created_at)
 SELECT s.user_id, s.token_hash, s.created_at FROM sw_tokens s
-WHERE NOT s.revoked AND NOT EXISTS (SELECT 1 FROM machine_tokens m WHERE m.user_id = s.user_id)
+WHERE NOT s.revoked AND {with_verdict('machine_tokens', ('new', 'catch_up'))}
 RETURNING user_id
 """
 
-PROJECTS = """
+PROJECTS = f"""
 WITH new AS (
     INSERT INTO projects (id, kind, status, identity_mode, claim_order, dispatch_qps,
         worker_claim_qps, max_jobs_per_claim, max_resets, recommended_lease_seconds,
@@ -63,10 +76,20 @@ WITH new AS (
         %(max_worker_in_flight)s, %(prefer_new_worker)s, %(task_timeout_seconds)s,
         %(attempt_timeout_seconds)s, %(upload_timeout_seconds)s, s.policy_version,
         s.created_at, s.updated_at
-    FROM sw_projects s WHERE NOT EXISTS (SELECT 1 FROM projects p WHERE p.id = s.id)
+    FROM sw_projects s WHERE {with_verdict('projects', ('new',))}
     RETURNING id
 )
 INSERT INTO project_dispatch (project_id, tokens) SELECT id, 0 FROM new
+"""
+
+PROJECTS_CAUGHT_UP = f"""
+UPDATE projects t SET status = s.status, identity_mode = s.identity_mode,
+    claim_order = s.claim_order, dispatch_qps = s.dispatch_qps,
+    worker_claim_qps = s.worker_claim_qps, max_jobs_per_claim = s.max_jobs_per_claim,
+    max_resets = s.max_resets, recommended_lease_seconds = s.recommended_lease_seconds,
+    client_versions = s.client_versions, policy_version = s.policy_version,
+    updated_at = s.updated_at
+FROM sw_projects s WHERE t.id = s.id AND {with_verdict('projects', ('catch_up',))}
 """
 
 WORKERS = """
@@ -83,7 +106,7 @@ FINAL_ATTEMPT = """CASE s.state WHEN 'wip' THEN 'running' WHEN 'done' THEN 'done
 # An execution error the final attempt does not explain came from an earlier one.
 EARLIER_FAILURE = "s.error IS NOT NULL AND ({final}) IS DISTINCT FROM 'failed'"
 
-NEW_JOBS = "FROM sw_jobs s WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = s.id)"
+NEW_JOBS = f"FROM sw_jobs s WHERE {with_verdict('jobs', ('new',))}"
 
 ATTEMPTS_PLANNED = f"""
 SELECT state, count(*) FROM (
@@ -142,6 +165,88 @@ SELECT (SELECT count(*) FROM new_jobs),
 """
 
 
+# Jobs SavewebHQ moved on since the last run (savewebhq_marks: catch_up, and
+# finished_there). The job row is updated in place; the attempt running here
+# goes on when the source still names it (a renewed lease) or ended the job, else
+# it ends (failed, when the source now carries a new execution error; else
+# expired) and the attempt the source's state implies is added, as a first
+# import would make it. Rows are locked and checked again: a job FleetHQ
+# changed meanwhile is not taken, and the caller refuses the run.
+BRING_OVER = f"""
+WITH b AS MATERIALIZED (
+    SELECT s.*, t.current_attempt_id AS cur, t.last_error AS cur_error,
+           {FINAL_ATTEMPT} AS final_state
+    FROM sw_jobs s
+    JOIN sw_verdicts v ON v.kind = 'jobs' AND v.key = CAST(s.id AS text)
+    JOIN savewebhq_marks m ON m.kind = 'jobs' AND m.key = v.key
+    JOIN jobs t ON t.id = s.id
+    WHERE s.id >= %(lo)s AND s.id < %(hi)s
+      AND ((v.verdict = 'catch_up' AND m.target_fp = {KINDS['jobs'].target_fp})
+           OR (v.verdict = 'finished_there' AND t.state NOT IN {TERMINAL}))
+    FOR UPDATE OF t
+), n AS MATERIALIZED (
+    SELECT b.*, a.state AS cur_state,
+           -- SavewebHQ forgets the attempt id when a job ends: the imported
+           -- attempt running here is the one that ended it.
+           (a.state = 'running' AND a.wire_id IS NOT NULL
+            AND (a.wire_id = b.wire_id OR (b.wire_id IS NULL AND b.state IN {TERMINAL}))) AS continues
+    FROM b LEFT JOIN attempts a ON a.id = b.cur
+), picked AS MATERIALIZED (
+    SELECT n.*, CASE WHEN n.final_state IS NOT NULL AND NOT COALESCE(n.continues, false)
+                     THEN nextval(CAST(%(attempt_seq)s AS regclass)) END AS new_id
+    FROM n ORDER BY n.id
+), ended AS (
+    UPDATE attempts a SET
+        state = CASE WHEN p.continues THEN p.final_state
+                     WHEN p.error IS NOT NULL AND p.error IS DISTINCT FROM p.cur_error THEN 'failed'
+                     ELSE 'expired' END,
+        lease_expires_at = CASE WHEN p.continues AND p.final_state = 'running'
+                                THEN p.lease_expires_at ELSE a.lease_expires_at END,
+        finished_at = CASE WHEN p.continues AND p.final_state = 'running' THEN NULL
+                           ELSE COALESCE(p.completed_at, p.updated_at) END,
+        outcome = CASE WHEN p.continues AND p.final_state = 'done' THEN jsonb_build_object(
+            'outcome', p.outcome, 'artifact_receipts', COALESCE(p.receipts, '[]'::jsonb))
+            ELSE a.outcome END,
+        error = CASE WHEN p.continues AND p.final_state = 'failed'
+                     THEN jsonb_build_object('retryable', p.state = 'reset_exhausted', 'error', p.error)
+                     WHEN NOT p.continues AND p.error IS NOT NULL
+                          AND p.error IS DISTINCT FROM p.cur_error
+                     THEN jsonb_build_object('retryable', true, 'error', p.error)
+                     ELSE a.error END
+    FROM picked p WHERE a.id = p.cur AND a.state = 'running'
+    RETURNING a.id
+), added AS (
+    INSERT INTO attempts (id, job_id, project_id, worker_id, worker_owner, state, created_at,
+        lease_expires_at, finished_at, outcome, error, wire_id)
+    SELECT new_id, id, project_id,
+        CASE WHEN final_state = 'running' THEN worker_id ELSE %(imported)s END,
+        CASE WHEN final_state = 'running' THEN worker_owner END,
+        final_state,
+        COALESCE(completed_at, updated_at),
+        COALESCE(lease_expires_at, completed_at, updated_at),
+        CASE WHEN final_state <> 'running' THEN COALESCE(completed_at, updated_at) END,
+        CASE WHEN final_state = 'done' THEN jsonb_build_object(
+            'outcome', outcome, 'artifact_receipts', COALESCE(receipts, '[]'::jsonb)) END,
+        CASE WHEN final_state = 'failed' THEN jsonb_build_object(
+            'retryable', state = 'reset_exhausted', 'error', error) END,
+        CASE WHEN final_state = 'running' THEN wire_id END
+    FROM picked WHERE new_id IS NOT NULL
+    RETURNING id
+), moved AS (
+    UPDATE jobs j SET state = p.state, resets = p.resets, last_error = p.error,
+        current_attempt_id = COALESCE(p.new_id, j.current_attempt_id),
+        worker_id = p.worker_id, worker_owner = p.worker_owner,
+        lease_expires_at = p.lease_expires_at,
+        attempts_count = j.attempts_count + (p.new_id IS NOT NULL)::int,
+        not_before = CASE WHEN p.state = 'todo' THEN p.updated_at ELSE j.not_before END,
+        updated_at = p.updated_at
+    FROM picked p WHERE j.id = p.id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM added), (SELECT count(*) FROM ended)
+"""
+
+
 def project_defaults() -> dict:
     """FleetHQ-only policy fields of an imported (generic) project."""
     fields = defaults("generic")
@@ -151,13 +256,16 @@ def project_defaults() -> dict:
 
 
 def insert_small_tables(tgt: psycopg.Connection) -> dict:
-    """Users, machine tokens, projects; returns the new rows per table (and
-    the users whose new token rows may be sealed for viewing)."""
-    users = tgt.execute(USERS).rowcount
+    """Users, machine tokens, projects: the new ones and those SavewebHQ
+    changed since the last run; returns the rows written per table (and the
+    users whose token rows may be sealed for viewing)."""
+    users = tgt.execute(USERS).rowcount + tgt.execute(USERS_CAUGHT_UP).rowcount
+    replaced = tgt.execute(TOKENS_REPLACED).rowcount
     token_users = [r[0] for r in tgt.execute(TOKENS).fetchall()]
     projects = tgt.execute(PROJECTS, project_defaults()).rowcount
-    return {"users": users, "machine_tokens": len(token_users), "projects": projects,
-            "token_users": token_users}
+    projects += tgt.execute(PROJECTS_CAUGHT_UP).rowcount
+    return {"users": users, "machine_tokens": max(len(token_users), replaced),
+            "projects": projects, "token_users": token_users}
 
 
 def insert_jobs(tgt: psycopg.Connection, lo: int, hi: int) -> tuple[int, dict]:
@@ -165,6 +273,15 @@ def insert_jobs(tgt: psycopg.Connection, lo: int, hi: int) -> tuple[int, dict]:
     seq = tgt.execute("SELECT pg_get_serial_sequence('attempts', 'id')").fetchone()[0]
     jobs, attempts = tgt.execute(JOBS, {"lo": lo, "hi": hi, "imported": IMPORTED_WORKER,
                                         "attempt_seq": seq}).fetchone()
+    return jobs, attempts
+
+
+def bring_over_jobs(tgt: psycopg.Connection, lo: int, hi: int) -> tuple[int, int]:
+    """One batch of the jobs SavewebHQ moved on since the last run; returns
+    the jobs updated and the attempts added."""
+    seq = tgt.execute("SELECT pg_get_serial_sequence('attempts', 'id')").fetchone()[0]
+    jobs, attempts, _ = tgt.execute(BRING_OVER, {"lo": lo, "hi": hi, "imported": IMPORTED_WORKER,
+                                            "attempt_seq": seq}).fetchone()
     return jobs, attempts
 
 
@@ -177,7 +294,12 @@ INSERT INTO worker_claim_buckets (project_id, worker_id, bucket_started_at, clai
                                   jobs_dispatched, policy_version)
 SELECT project_id, worker_id, bucket_started_at, claim_requests, jobs_dispatched, policy_version
 FROM sw_claim_buckets
-ON CONFLICT (project_id, worker_id, bucket_started_at) DO NOTHING
+ON CONFLICT (project_id, worker_id, bucket_started_at) DO UPDATE SET
+    claim_requests = GREATEST(worker_claim_buckets.claim_requests, EXCLUDED.claim_requests),
+    jobs_dispatched = GREATEST(worker_claim_buckets.jobs_dispatched, EXCLUDED.jobs_dispatched),
+    policy_version = EXCLUDED.policy_version
+WHERE (worker_claim_buckets.claim_requests, worker_claim_buckets.jobs_dispatched)
+      < (EXCLUDED.claim_requests, EXCLUDED.jobs_dispatched)
 """
 
 
