@@ -10,7 +10,7 @@ import psycopg
 
 from tests.helpers import Api, body, db_rows, sql
 from tests.savewebhq_source import RECEIPTS, TIMEOUT, VERSION, saveweb_digest
-from tests.test_import_savewebhq import attempts, job, own_source, run, snapshot  # noqa: F401
+from tests.support.savewebhq_import import attempts, job, own_source, run, snapshot  # noqa: F401
 
 W = "archive-web"
 

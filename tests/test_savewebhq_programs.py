@@ -16,6 +16,7 @@ from tests.gunicorn_master import Gunicorn
 from tests.savewebhq_programs import (CLIENT_VERSION, Tracker, install_user, program, python_sdk, run,
                                       token_file)
 from tests.savewebhq_wire import Wire, admin_path, expect, project_body, receipt, specs
+from tests.support.savewebhq_import import run as import_from
 
 PAUSE_S = 3  # longer than gunicorn's default keep-alive (2 s), which once broke the SDK
 
@@ -165,7 +166,6 @@ def test_a_live_switch_under_load_loses_and_duplicates_nothing(app, master, tmp_
     (killed mid-work, their leases left behind); import again; the tracker
     stops; import once more. Every job ends once, every completion the
     tracker acknowledged is here."""
-    from tests.test_import_savewebhq import run as import_from
     tracker = Tracker(tmp_path / "tracker.log")
     try:
         admin_file, admin_token = token_file(tmp_path, "admin")
