@@ -5,6 +5,7 @@ from typing import Any, cast
 
 import psycopg
 from psycopg.rows import namedtuple_row, tuple_row
+from psycopg.pq import ExecStatus
 
 from flask import current_app
 from flask_migrate import Migrate
@@ -45,6 +46,18 @@ def use_fleet_pool() -> None:
     db.session.info[FLEET_BIND] = True
 
 
+def statements_commit_alone() -> None:
+    """Let each of this request's statements commit on its own.
+
+    For the worker routes whose one write is a single statement (a completion,
+    a lease renewal): the statement is atomic by itself, and without a
+    transaction around it neither a ``BEGIN`` nor a ``COMMIT`` costs a round
+    trip (the Go SDK sends one such request per job). Must come before the
+    request's first statement; the pool restores the connection's mode.
+    """
+    db.session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+
+
 _NAMED = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")   # SQLAlchemy's own rule for text()
 
 
@@ -82,7 +95,10 @@ def fetch_rows(sql: str, params: dict, *, named: bool = False) -> list[Any]:
     try:
         with driver.cursor(row_factory=namedtuple_row if named else tuple_row) as cursor:
             cursor.execute(driver_sql(sql), params)
-            return cursor.fetchall() if cursor.description is not None else []
+            # The result's status, not cursor.description: that builds a
+            # column object per column of every statement.
+            result = cursor.pgresult
+            return cursor.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else []
     except psycopg.Error as exc:
         broken = driver.broken
         if broken:

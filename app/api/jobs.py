@@ -14,6 +14,7 @@ from app.api.base import bp
 from app.api import validate as v
 from app.api.auth import bearer, check_client_version, principal, worker_call
 from app.api.peer import client_gone
+from app.extensions import statements_commit_alone
 from app.fleet import service as fleet
 from app.projects import claims, outcomes, service
 from workers.wire.protocol import JOB_TYPES, is_identifier
@@ -210,6 +211,7 @@ def claim(project_id):
            errors=_WORKER_ERRORS, operation_id="completeProjectJobs",
            summary="Complete attempts (generic projects)")
 def complete(project_id):
+    statements_commit_alone()
     call, body = _worker_call(project_id, COMPLETE)
     worker, project = call.worker, call.project
     for item in body["items"]:
@@ -235,6 +237,7 @@ def fail(project_id):
 @v.declare(body=EXTEND, headers=CLIENT_VERSION, responses={200: BATCH_RESULT},
            errors=_WORKER_ERRORS, operation_id="extendProjectJobLeases", summary="Renew leases")
 def extend_lease(project_id):
+    statements_commit_alone()
     call, body = _worker_call(project_id, EXTEND)
     worker, project = call.worker, call.project
     results = outcomes.extend(project, worker, body["items"], body["extend_seconds"])
