@@ -239,8 +239,37 @@ def _coerce(key: str, raw: str):
 _TEXT_SETTINGS = frozenset(k for k, v in vars(Defaults).items() if k.isupper() and (v is None or isinstance(v, str)))
 
 
+# SavewebHQ's own setting names (its tracker's flags default to them), so a
+# switched installation's environment and secret files work as they are.
+# FleetHQ's names win where both are set.
+SAVEWEBHQ_SETTINGS = {
+    "HQ_DATABASE_URL": "DATABASE_URL",
+    "HQ_PUBLIC_URL": "PUBLIC_URL",
+    "HQ_GITHUB_CLIENT_ID": "GITHUB_CLIENT_ID",
+    "HQ_OAUTH_ADMIN_ORG": "GITHUB_ORG",
+    "HQ_OAUTH_ADMIN_TEAM": "GITHUB_ADMIN_TEAM",
+    "HQ_WEB_SESSION_SECRET_FILE": "SECRET_KEY_FILE",
+    "HQ_GITHUB_CLIENT_SECRET_FILE": "GITHUB_CLIENT_SECRET",  # the file is read (0600)
+}
+
+
+def _savewebhq_settings() -> dict:
+    found = {}
+    for name, key in SAVEWEBHQ_SETTINGS.items():
+        value = os.environ.get(name)
+        if not value or os.environ.get(f"FLEETHQ_{key}") or (key == "DATABASE_URL" and os.environ.get(key)):
+            continue
+        if key == "SECRET_KEY_FILE" and os.environ.get("FLEETHQ_SECRET_KEY"):
+            continue
+        if name == "HQ_GITHUB_CLIENT_SECRET_FILE":
+            value = read_secret_file(value)
+        found[key] = value
+    return found
+
+
 def load(overrides: dict | None = None) -> dict:
     cfg = {k: v for k, v in vars(Defaults).items() if k.isupper()}
+    cfg.update(_savewebhq_settings())
     for key, raw in os.environ.items():
         if key.startswith("FLEETHQ_"):
             cfg[key[len("FLEETHQ_"):]] = _coerce(key[len("FLEETHQ_"):], raw)
@@ -254,7 +283,7 @@ def load(overrides: dict | None = None) -> dict:
     overrides = overrides or {}
     cfg.update(overrides)
     if not ("DATABASE_URL" in overrides or os.environ.get("DATABASE_URL")
-            or os.environ.get("FLEETHQ_DATABASE_URL")):
+            or os.environ.get("FLEETHQ_DATABASE_URL") or os.environ.get("HQ_DATABASE_URL")):
         found = stack_urls(cfg["DATA_DIR"])
         if "REDIS_URL" in overrides or os.environ.get("REDIS_URL") or os.environ.get("FLEETHQ_REDIS_URL"):
             found.pop("REDIS_URL", None)

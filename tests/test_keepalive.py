@@ -3,59 +3,46 @@ programs in the suite" §2). SavewebHQ's Python SDK (saveweb_hq/transport.py)
 opens one ``http.client`` connection and sends every call on it, dropping it
 only after an error: with gunicorn's 2-second default a worker that worked
 longer than that on a job found the connection closed ("Broken pipe") and
-its completion failed. This client does exactly what that transport does,
-through gunicorn as deployed, with a 65-second pause between the claim and
-the completion."""
+its completion failed. Here the SDK itself, unchanged, talks to gunicorn as
+deployed, with a 65-second pause between the claim and the completion."""
 from __future__ import annotations
 
-import http.client
-import json
 import time
 
-import requests
-
 from tests.gunicorn_master import Gunicorn
-from tests.helpers import VERSION, Api
+from tests.savewebhq_programs import CLIENT_VERSION, install_user, python_sdk, token_file
+from tests.savewebhq_wire import Wire, admin_path, project_body
 
 PAUSE_S = 65  # longer than SavewebHQ's own idle keep-alive (60 s)
 
 
-class OneConnection:
-    """saveweb_hq's transport: one HTTPConnection, reused for every call."""
-
-    def __init__(self, port: int, token: str):
-        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        self.headers = {"Authorization": f"Bearer {token}", "Accept": "application/json",
-                        "Cache-Control": "no-store", "Content-Type": "application/json",
-                        "X-Client-Version": VERSION}
-
-    def call(self, path: str, payload: dict) -> tuple[int, dict]:
-        self.connection.request("POST", path, body=json.dumps(payload), headers=self.headers)
-        response = self.connection.getresponse()
-        return response.status, json.loads(response.read())
-
-
-def test_a_connection_idle_longer_than_savewebhqs_keep_alive_still_serves(database_url, admin_token, tmp_path):
+def test_a_connection_idle_longer_than_savewebhqs_keep_alive_still_serves(app, database_url, tmp_path):
+    sdk = python_sdk()
     # As deployed: the helper's one-connection-per-worker setting (for other
     # tests) would turn keep-alive off.
     server = Gunicorn({"DATABASE_URL": database_url, "GUNICORN_CMD_ARGS": ""}, tmp_path / "gunicorn.log")
     try:
         server.wait_ready()
-        api = Api(requests.Session(), admin_token, base=server.url)
-        api.put_project("slow-work")
-        assert api.enqueue("slow-work", [{"id": "j1", "value": "https://example.org/1"}]).status_code == 200
-        client = OneConnection(server.port, admin_token)
-        status, claimed = client.call("/api/v1/projects/slow-work/jobs/claim",
-                                      {"worker_id": "w1", "max_jobs": 1, "lease_seconds": 300})
-        assert status == 200 and len(claimed["jobs"]) == 1
-        socket_before = client.connection.sock
-        assert socket_before is not None, "the master kept the connection open after its answer"
-        time.sleep(PAUSE_S)  # the worker works on its job; the connection sits idle
-        job = claimed["jobs"][0]
-        status, done = client.call("/api/v1/projects/slow-work/jobs/complete", {
-            "worker_id": "w1", "items": [{"job_id": job["job_id"], "attempt_id": job["attempt_id"],
-                                          "outcome": {"kind": "success"}}]})
-        assert status == 200 and done["results"][0]["status"] == "applied", done
-        assert client.connection.sock is socket_before, "the same connection served both calls"
+        _, admin = token_file(tmp_path, "admin")
+        _, worker = token_file(tmp_path, "worker")
+        install_user(app, "hq-admin", ["admin"], admin)
+        install_user(app, "hq-worker", ["worker"], worker)
+        setup = Wire(server.url, admin)
+        assert setup.put(admin_path("slow-work"), project_body()).status in (200, 201)
+        assert setup.post(admin_path("slow-work", "/jobs"), {"jobs": [{"id": "j1", "value": "v1"}]}).status == 200
+        config = sdk.Config(server.url, worker, CLIENT_VERSION, allow_http_tracker=True)
+        with sdk.open_project_queue(config, "slow-work") as queue:
+            job = queue.claim(max_jobs=1)["jobs"][0]
+            connection = queue._tracker._connection
+            assert connection is not None and connection.sock is not None, \
+                "the master kept the connection open after its answer"
+            socket_before = connection.sock
+            time.sleep(PAUSE_S)  # the worker works on its job; the connection sits idle
+            done = queue.complete([{"job_id": job["job_id"], "attempt_id": job["attempt_id"],
+                                    "outcome": {"kind": "success", "code": 200, "uri": None, "meta": {}},
+                                    "artifact_receipts": []}])
+            assert done["results"][0]["status"] == "applied", done
+            assert queue._tracker._connection is connection and connection.sock is socket_before, \
+                "the same connection served both calls"
     finally:
         server.stop()

@@ -48,3 +48,43 @@ def test_the_defaults_pass_their_own_checks_unchanged(monkeypatch):
     settings = app_config.load({"DATABASE_URL": "postgresql://postgres@127.0.0.1/fleethq"})
     for key in NUMBERS + SWITCHES:
         assert settings[key] == getattr(app_config.Defaults, key), key
+
+
+def test_savewebhqs_setting_names_and_secret_files_work_as_they_are(monkeypatch, tmp_path):
+    secret = tmp_path / "github-client-secret"
+    secret.write_text("gh-secret\n")
+    secret.chmod(0o600)
+    session = tmp_path / "web-session-secret"
+    session.write_text("a-session-secret-of-savewebhq\n")
+    session.chmod(0o600)
+    for name in ("DATABASE_URL", "FLEETHQ_DATABASE_URL", "FLEETHQ_SECRET_KEY", "FLEETHQ_SECRET_KEY_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HQ_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/savewebhq?sslmode=disable")
+    monkeypatch.setenv("HQ_PUBLIC_URL", "https://hq.example.org")
+    monkeypatch.setenv("HQ_GITHUB_CLIENT_ID", "Iv1.abc")
+    monkeypatch.setenv("HQ_GITHUB_CLIENT_SECRET_FILE", str(secret))
+    monkeypatch.setenv("HQ_WEB_SESSION_SECRET_FILE", str(session))
+    monkeypatch.setenv("HQ_OAUTH_ADMIN_ORG", "saveweb")
+    monkeypatch.setenv("HQ_OAUTH_ADMIN_TEAM", "core")
+    cfg = app_config.load()
+    assert cfg["DATABASE_URL"].startswith("postgres://postgres@127.0.0.1:5432/savewebhq")
+    assert cfg["SQLALCHEMY_DATABASE_URI"].startswith("postgresql+psycopg://")
+    assert (cfg["PUBLIC_URL"], cfg["GITHUB_CLIENT_ID"], cfg["GITHUB_CLIENT_SECRET"]) == (
+        "https://hq.example.org", "Iv1.abc", "gh-secret")
+    assert (cfg["GITHUB_ORG"], cfg["GITHUB_ADMIN_TEAM"]) == ("saveweb", "core")
+    assert cfg["SECRET_KEY"] == "a-session-secret-of-savewebhq"
+    # FleetHQ's own names win where both are set.
+    monkeypatch.setenv("FLEETHQ_GITHUB_ORG", "fleet-org")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://postgres@127.0.0.1/fleethq")
+    cfg = app_config.load()
+    assert (cfg["GITHUB_ORG"], cfg["DATABASE_URL"]) == ("fleet-org", "postgresql://postgres@127.0.0.1/fleethq")
+
+
+def test_a_savewebhq_secret_file_others_can_read_is_refused(monkeypatch, tmp_path):
+    secret = tmp_path / "github-client-secret"
+    secret.write_text("gh-secret\n")
+    secret.chmod(0o644)
+    monkeypatch.setenv("DATABASE_URL", "postgresql://postgres@127.0.0.1/fleethq")
+    monkeypatch.setenv("HQ_GITHUB_CLIENT_SECRET_FILE", str(secret))
+    with pytest.raises(app_config.ConfigError, match="must not allow group or other access"):
+        app_config.load()

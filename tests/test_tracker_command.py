@@ -78,3 +78,46 @@ def test_savewebhqs_readme_setup_runs_under_the_name_tracker(scratch_database_ur
     assert refused.returncode == 2 and "chmod 600" in refused.stderr
     unknown = tracker("serve", "-listen", ":0", "-no-such-flag", "x", env=env)
     assert unknown.returncode == 2 and "flag provided but not defined: -no-such-flag" in unknown.stderr
+
+
+def test_savewebhqs_environment_names_serve_without_flags(scratch_database_url, tmp_path):
+    """An operator's SavewebHQ environment (its .env.example and compose file
+    name HQ_DATABASE_URL, HQ_PUBLIC_URL, HQ_OAUTH_ADMIN_ORG/TEAM and 0600
+    secret files) runs FleetHQ's tracker as it is, no flags but -listen."""
+    session = tmp_path / "web-session.secret"
+    session.write_text("a-session-secret-kept-by-savewebhq\n")
+    session.chmod(0o600)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLEETHQ_", "HQ_")) and k not in (
+        "DATABASE_URL", "PROMETHEUS_MULTIPROC_DIR")}
+    env.update({"FLEETHQ_DATA_DIR": str(tmp_path / "data"),
+                "HQ_DATABASE_URL": scratch_database_url.replace("postgresql://", "postgres://") + "?sslmode=disable",
+                "HQ_PUBLIC_URL": "https://hq.example.org", "HQ_OAUTH_ADMIN_ORG": "saveweb",
+                "HQ_OAUTH_ADMIN_TEAM": "core", "HQ_WEB_SESSION_SECRET_FILE": str(session)})
+    assert tracker("migrate", env=env).returncode == 0
+    token_file = tmp_path / "admin.token"
+    token_file.write_text(HQ_TOKEN + "\n")
+    token_file.chmod(0o600)
+    installed = tracker("bootstrap-user", "-user-id", "admin", "-roles", "admin", "-machine-token-file",
+                        str(token_file), env=env)
+    assert installed.returncode == 0, installed.stderr
+    port = free_port()
+    server = subprocess.Popen([TRACKER, "serve", "-listen", f"127.0.0.1:{port}"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, server.stdout.read().decode(errors="replace")[-2000:]
+            try:
+                if requests.get(base + "/healthz", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert time.monotonic() < deadline, "tracker serve did not answer in 60 s"
+            time.sleep(0.3)
+        whoami = requests.get(base + "/api/v1/whoami", headers={"Authorization": f"Bearer {HQ_TOKEN}"}, timeout=10)
+        assert whoami.json() == {"user_id": "admin"}
+        # The session secret came from SavewebHQ's file: no key was made in the data directory.
+        assert not (tmp_path / "data" / "secret_key").exists()
+    finally:
+        stop_group(server, timeout=60)

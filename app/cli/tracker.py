@@ -87,7 +87,8 @@ def _keep_a_session_secret(env: dict[str, str]) -> None:
     gunicorn workers must share one key (sessions, the sealed copies that let
     a machine token be viewed again), kept across restarts: without a key of
     its own the installation gets one in its data directory, made once, 0600."""
-    if env.get("FLEETHQ_SECRET_KEY") or env.get("FLEETHQ_SECRET_KEY_FILE"):
+    if env.get("FLEETHQ_SECRET_KEY") or env.get("FLEETHQ_SECRET_KEY_FILE") \
+            or env.get("HQ_WEB_SESSION_SECRET_FILE"):  # SavewebHQ's name (app.config)
         return
     data = Path(env.get("FLEETHQ_DATA_DIR") or "var")
     data.mkdir(parents=True, exist_ok=True)

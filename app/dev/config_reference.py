@@ -105,6 +105,14 @@ def render_markdown() -> str:
     for s in settings():
         meaning = s.comment.replace("|", "\\|")
         out.append(f"| `{s.variable}` | `{s.shown_default()}` | {meaning} |")
+    out += ["", "SavewebHQ's own names work too, so that a switched installation's environment",
+            "and secret files serve as they are (FleetHQ's name wins where both are set; a",
+            "`*_FILE` must not be readable by group or others):", "",
+            "| SavewebHQ | FleetHQ |", "| --- | --- |"]
+    for name, key in config.SAVEWEBHQ_SETTINGS.items():
+        target = "DATABASE_URL" if key == "DATABASE_URL" else f"FLEETHQ_{key}"
+        read = " (the file's content)" if name == "HQ_GITHUB_CLIENT_SECRET_FILE" else ""
+        out.append(f"| `{name}` | `{target}`{read} |")
     return "\n".join(out) + "\n"
 
 
