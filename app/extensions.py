@@ -53,9 +53,12 @@ def statements_commit_alone() -> None:
     a lease renewal): the statement is atomic by itself, and without a
     transaction around it neither a ``BEGIN`` nor a ``COMMIT`` costs a round
     trip (the Go SDK sends one such request per job). Must come before the
-    request's first statement; the pool restores the connection's mode.
+    request's first statement; the pool restores the connection's mode. A
+    session already in a transaction (a caller's app context, as in tests)
+    keeps it: the request's statements then commit with it.
     """
-    db.session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+    if not db.session().in_transaction():
+        db.session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
 
 
 _NAMED = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")   # SQLAlchemy's own rule for text()
