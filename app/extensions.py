@@ -46,6 +46,15 @@ def use_fleet_pool() -> None:
     db.session.info[FLEET_BIND] = True
 
 
+def forget_inherited_connections() -> None:
+    """In a process just forked from one that used the database: drop the
+    pooled connections it inherited, without closing them (they are the
+    parent's), so that this process opens its own."""
+    for engines in list(db._app_engines.values()):
+        for engine in engines.values():
+            engine.dispose(close=False)
+
+
 def statements_commit_alone() -> None:
     """Let each of this request's statements commit on its own.
 
