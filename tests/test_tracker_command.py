@@ -23,6 +23,19 @@ def tracker(*argv, env=None, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run([TRACKER, *argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
+def wait_serving(server: subprocess.Popen, base: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        assert server.poll() is None, server.stdout.read().decode(errors="replace")[-2000:]
+        try:
+            if requests.get(base + "/healthz", timeout=2).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        assert time.monotonic() < deadline, "tracker serve did not answer in 60 s"
+        time.sleep(0.3)
+
+
 def test_savewebhqs_readme_setup_runs_under_the_name_tracker(scratch_database_url, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLEETHQ_", "HQ_")) and k not in (
         "DATABASE_URL", "PROMETHEUS_MULTIPROC_DIR")}
@@ -45,16 +58,7 @@ def test_savewebhqs_readme_setup_runs_under_the_name_tracker(scratch_database_ur
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.poll() is None, server.stdout.read().decode(errors="replace")[-2000:]
-            try:
-                if requests.get(base + "/healthz", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline, "tracker serve did not answer in 60 s"
-            time.sleep(0.3)
+        wait_serving(server, base)
         headers = {"Authorization": f"Bearer {HQ_TOKEN}"}
         assert requests.get(base + "/api/v1/whoami", headers=headers, timeout=10).json()["user_id"] == "admin"
         project = requests.get(base + "/api/v1/admin/projects/sinavideo", headers=headers, timeout=10)
@@ -105,16 +109,7 @@ def test_savewebhqs_environment_names_serve_without_flags(scratch_database_url, 
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.poll() is None, server.stdout.read().decode(errors="replace")[-2000:]
-            try:
-                if requests.get(base + "/healthz", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline, "tracker serve did not answer in 60 s"
-            time.sleep(0.3)
+        wait_serving(server, base)
         whoami = requests.get(base + "/api/v1/whoami", headers={"Authorization": f"Bearer {HQ_TOKEN}"}, timeout=10)
         assert whoami.json() == {"user_id": "admin"}
         # The session secret came from SavewebHQ's file: no key was made in the data directory.

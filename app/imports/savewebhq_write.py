@@ -108,6 +108,21 @@ EARLIER_FAILURE = "s.error IS NOT NULL AND ({final}) IS DISTINCT FROM 'failed'"
 
 NEW_JOBS = f"FROM sw_jobs s WHERE {with_verdict('jobs', ('new',))}"
 
+# The attempt that ended (or holds) a job, after (id, job_id, project_id):
+# worker_id, worker_owner, state, created_at, lease_expires_at, finished_at,
+# outcome, error, wire_id — over a row of sw_jobs with its final_state.
+FINAL_ATTEMPT_ROW = """CASE WHEN final_state = 'running' THEN worker_id ELSE %(imported)s END,
+        CASE WHEN final_state = 'running' THEN worker_owner END,
+        final_state,
+        COALESCE(completed_at, updated_at),
+        COALESCE(lease_expires_at, completed_at, updated_at),
+        CASE WHEN final_state <> 'running' THEN COALESCE(completed_at, updated_at) END,
+        CASE WHEN final_state = 'done' THEN jsonb_build_object(
+            'outcome', outcome, 'artifact_receipts', COALESCE(receipts, '[]'::jsonb)) END,
+        CASE WHEN final_state = 'failed' THEN jsonb_build_object(
+            'retryable', state = 'reset_exhausted', 'error', error) END,
+        CASE WHEN final_state = 'running' THEN wire_id END"""
+
 ATTEMPTS_PLANNED = f"""
 SELECT state, count(*) FROM (
     SELECT 'failed' AS state {NEW_JOBS} AND {EARLIER_FAILURE.format(final=FINAL_ATTEMPT)}
@@ -145,17 +160,7 @@ WITH picked AS MATERIALIZED (
     FROM n WHERE earlier_id IS NOT NULL
     UNION ALL
     SELECT final_id, id, project_id,
-        CASE WHEN final_state = 'running' THEN worker_id ELSE %(imported)s END,
-        CASE WHEN final_state = 'running' THEN worker_owner END,
-        final_state,
-        COALESCE(completed_at, updated_at),
-        COALESCE(lease_expires_at, completed_at, updated_at),
-        CASE WHEN final_state <> 'running' THEN COALESCE(completed_at, updated_at) END,
-        CASE WHEN final_state = 'done' THEN jsonb_build_object(
-            'outcome', outcome, 'artifact_receipts', COALESCE(receipts, '[]'::jsonb)) END,
-        CASE WHEN final_state = 'failed' THEN jsonb_build_object(
-            'retryable', state = 'reset_exhausted', 'error', error) END,
-        CASE WHEN final_state = 'running' THEN wire_id END
+        {FINAL_ATTEMPT_ROW}
     FROM n WHERE final_id IS NOT NULL
     RETURNING state
 )
@@ -219,17 +224,7 @@ WITH b AS MATERIALIZED (
     INSERT INTO attempts (id, job_id, project_id, worker_id, worker_owner, state, created_at,
         lease_expires_at, finished_at, outcome, error, wire_id)
     SELECT new_id, id, project_id,
-        CASE WHEN final_state = 'running' THEN worker_id ELSE %(imported)s END,
-        CASE WHEN final_state = 'running' THEN worker_owner END,
-        final_state,
-        COALESCE(completed_at, updated_at),
-        COALESCE(lease_expires_at, completed_at, updated_at),
-        CASE WHEN final_state <> 'running' THEN COALESCE(completed_at, updated_at) END,
-        CASE WHEN final_state = 'done' THEN jsonb_build_object(
-            'outcome', outcome, 'artifact_receipts', COALESCE(receipts, '[]'::jsonb)) END,
-        CASE WHEN final_state = 'failed' THEN jsonb_build_object(
-            'retryable', state = 'reset_exhausted', 'error', error) END,
-        CASE WHEN final_state = 'running' THEN wire_id END
+        {FINAL_ATTEMPT_ROW}
     FROM picked WHERE new_id IS NOT NULL
     RETURNING id
 ), moved AS (
