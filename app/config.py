@@ -122,6 +122,10 @@ class Defaults:
     KEEP_AUDIT_DAYS = 365
     # Rows pruned per kind and clock tick.
     PRUNE_BATCH = 5_000
+    # Each tasks worker process also runs the clock, as a thread that takes
+    # part in the clock election: the smallest shape (web and one tasks
+    # process) then needs no clock process of its own.
+    TASKS_CLOCK = False
     # The clock's periods (seconds): resetting expired leases (a claim also
     # resets its own project's when the queue runs short).
     REAP_EVERY_S = 5

@@ -81,6 +81,9 @@ def setup_broker(config: Mapping | None = None):
         with app_config.reported():
             config = app_config.load()
     broker = make_broker(config)
+    if config.get("TASKS_CLOCK"):
+        from tasks.clock import InWorker
+        broker.add_middleware(InWorker(config))
     for actor in declarations.actors.values():
         actor.broker = broker
         broker.declare_actor(actor)

@@ -86,3 +86,41 @@ def test_three_clocks_one_ticks_and_another_takes_over_after_kill_9(database_url
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_tasks_process_with_tasks_clock_ticks_without_a_clock_process(app, client, admin_token, database_url,
+                                                                        redis_url, tmp_path):
+    """FLEETHQ_TASKS_CLOCK: the smallest shape (web and one tasks process) has
+    a clock. The tasks process's clock thread takes the lease, ticks, and the
+    reap it sends runs: an expired lease goes back to the queue."""
+    from tests.helpers import Api, body, sql, values
+    api = Api(client, admin_token)
+    api.put_project("tasks-clock")
+    api.enqueue("tasks-clock", values(1))
+    [job] = body(api.claim("tasks-clock", max_jobs=1, lease_seconds=300))["jobs"]
+    sql(app, "UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = :j", j=job["job_id"])
+    env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url, "FLEETHQ_TASKS_CLOCK": "true",
+           "FLEETHQ_LOG_JSON": "false", "FLEETHQ_REAP_EVERY_S": "1", "PYTHONUNBUFFERED": "1"}
+    log_path = tmp_path / "tasks.log"
+    with open(log_path, "ab") as log:
+        tasks = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "dramatiq"), "tasks:setup_broker",
+                                  "--processes", "1", "--threads", "2"], cwd=ROOT, env=env, stdout=log,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while sql(app, "SELECT state FROM jobs WHERE id = :j", j=job["job_id"])[0][0] != "todo":
+            assert tasks.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
+            time.sleep(0.3)
+        assert _leading(log_path) == 1
+    finally:
+        os.killpg(tasks.pid, signal.SIGTERM)
+        try:
+            tasks.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(tasks.pid, signal.SIGKILL)
+    # It handed the lease over as the worker shut down: another clock takes it at once.
+    other = clock.Leadership(database_url)
+    try:
+        assert other.acquire() is True
+    finally:
+        other.release()
