@@ -7,9 +7,9 @@ unchanged, as the project's shared folder holds them (``savewebhq/`` beside
 this checkout: ``bin/`` and ``python/``). ``FLEETHQ_SAVEWEBHQ_DIR`` names
 another place.
 
-Those programs are not FleetHQ's to carry in its own tree; where they are
-not found the tests that need them are reported as skipped with the place
-they looked (``pytest -rs`` lists them), never as passed.
+Those programs are not FleetHQ's to carry in its own tree; like PostgreSQL
+and Redis they are a service the suite needs: where they are not found the
+tests that need them fail, naming the place they looked.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def program(name: str) -> str:
     """The path of one of SavewebHQ's programs (tracker, hqctl, source, swpworker)."""
     path = HOME / "bin" / name
     if not os.access(path, os.X_OK):
-        pytest.skip(f"SavewebHQ's {name} is not at {path} (set FLEETHQ_SAVEWEBHQ_DIR)")
+        pytest.fail(f"SavewebHQ's {name} is not at {path} (set FLEETHQ_SAVEWEBHQ_DIR)", pytrace=False)
     return str(path)
 
 
@@ -43,7 +43,7 @@ def python_sdk():
     """SavewebHQ's Python SDK, the ``saveweb_hq`` package, imported from its folder."""
     folder = HOME / "python"
     if not (folder / "saveweb_hq" / "__init__.py").exists():
-        pytest.skip(f"SavewebHQ's Python SDK is not at {folder} (set FLEETHQ_SAVEWEBHQ_DIR)")
+        pytest.fail(f"SavewebHQ's Python SDK is not at {folder} (set FLEETHQ_SAVEWEBHQ_DIR)", pytrace=False)
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
     import saveweb_hq

@@ -60,7 +60,7 @@ def test_a_rerun_brings_over_what_savewebhq_changed_since(app, own_source):
     assert (tables["jobs"]["new"], tables["jobs"]["updated"], tables["jobs"]["kept_here"]) == (1, 3, 0)
     assert (tables["users"]["updated"], tables["machine_tokens"]["updated"],
             tables["projects"]["updated"]) == (1, 1, 1)
-    assert second["warnings"] == [w for w in first["warnings"]]  # nothing new to warn about
+    assert second["warnings"] == first["warnings"]  # nothing new to warn about
 
     claimed = job(app, 1)
     assert (claimed["state"], claimed["worker_id"]) == ("wip", "abc1234")

@@ -78,12 +78,13 @@ def _read(src, tgt, totals, batch: int, say) -> None:
 
 def _plan(tgt) -> dict:
     tables: dict[str, dict] = {}
-    for name, verdicts in marks.verdict_counts(tgt).items():
+    by_kind = marks.verdict_counts(tgt)
+    for name, verdicts in by_kind.items():
         tables[name] = {"source": sum(verdicts.values()), "new": verdicts["new"],
                         "updated": verdicts["catch_up"] + verdicts["finished_there"],
                         "unchanged": verdicts["unchanged"] + verdicts["legacy"],
                         "kept_here": verdicts["kept_here"]}
-    tables["jobs"]["finished_there"] = marks.verdict_counts(tgt)["jobs"]["finished_there"]
+    tables["jobs"]["finished_there"] = by_kind["jobs"]["finished_there"]
     for name, present_sql in _PRESENT.items():
         source = tgt.execute(f"SELECT count(*) FROM {_STAGE_OF[name]}").fetchone()[0]
         present = tgt.execute(present_sql).fetchone()[0]
@@ -104,8 +105,8 @@ def _plan(tgt) -> dict:
 
 def _write(tgt, totals, batch: int, say, moving: int) -> list[str]:
     small = write.insert_small_tables(tgt)
-    say(f"wrote {small['users']} users, {small['machine_tokens']} machine tokens, "
-        f"{small['projects']} projects")
+    say(f"wrote {small['users']} users, {small['machine_tokens']} machine tokens "
+        f"(removed {small['tokens_removed']} SavewebHQ rotated or revoked), {small['projects']} projects")
     done = moved = 0
     for lo, hi in stage.job_ranges(totals, batch):
         jobs, _ = write.insert_jobs(tgt, lo, hi)

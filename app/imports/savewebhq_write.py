@@ -259,7 +259,7 @@ def insert_small_tables(tgt: psycopg.Connection) -> dict:
     token_users = [r[0] for r in tgt.execute(TOKENS).fetchall()]
     projects = tgt.execute(PROJECTS, project_defaults()).rowcount
     projects += tgt.execute(PROJECTS_CAUGHT_UP).rowcount
-    return {"users": users, "machine_tokens": max(len(token_users), replaced),
+    return {"users": users, "machine_tokens": len(token_users), "tokens_removed": replaced,
             "projects": projects, "token_users": token_users}
 
 
