@@ -78,6 +78,11 @@ def create_app(config: dict | None = None, *, check_schema: bool = True,
     from app import outbox
     outbox.install(app, _outbox_sender(app.config) if outbox_sender is None else outbox_sender)
 
+    # Outermost: a token worker's plain completion or renewal is answered
+    # before Flask's request machinery runs (app/api/hot_path.py).
+    from app.api.hot_path import HotPath
+    app.wsgi_app = HotPath(app, app.wsgi_app)  # type: ignore[method-assign]
+
     if check_schema:
         from app.ops import schema
         schema.refuse_newer_schema(app)

@@ -79,12 +79,12 @@ def driver_sql(sql: str) -> str:
     return _NAMED.sub(r"%(\1)s", sql.replace("%", "%%"))
 
 
-def app_cache(name: str) -> dict:
-    """A process cache that belongs to the current app (``app.extensions``):
-    two apps in one process (tests, ``flask fleet --database-url``) never
-    see each other's entries. For small memos of database answers, each
-    bounded by its owner."""
-    caches = current_app.extensions.setdefault("fleethq.caches", {})
+def app_cache(name: str, app=None) -> dict:
+    """A process cache that belongs to ``app`` (default: the current app),
+    kept in its ``extensions``: two apps in one process (tests, ``flask
+    fleet --database-url``) never see each other's entries. For small memos
+    of database answers, each bounded by its owner."""
+    caches = (current_app if app is None else app).extensions.setdefault("fleethq.caches", {})
     return caches.setdefault(name, {})
 
 

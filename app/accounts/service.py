@@ -346,16 +346,24 @@ def _adopt_imported(user_id: str, token: str, savewebhq_key: str) -> bool:
     return True
 
 
-def _touch(token_hash: str) -> None:
+TOUCH_SQL = "UPDATE machine_tokens SET last_used_at = now() WHERE token_hash = :h"
+
+
+def touch_due(token_hash: str, app=None) -> bool:
+    """Whether a use of this token should now be stamped (``TOUCH_SQL``): at
+    most once a minute per token and process. Counts as stamped from now."""
     now = time.monotonic()
-    touched: dict[str, float] = app_cache("tokens_touched")
+    touched: dict[str, float] = app_cache("tokens_touched", app)
     with _touched_lock:
         due = now - touched.get(token_hash, -_TOUCH_EVERY_S) >= _TOUCH_EVERY_S
         if due:
             if len(touched) > 100_000:
                 touched.clear()
             touched[token_hash] = now
-    if due:
-        db.session.execute(text("UPDATE machine_tokens SET last_used_at = now() WHERE token_hash = :h"),
-                           {"h": token_hash})
+    return due
+
+
+def _touch(token_hash: str) -> None:
+    if touch_due(token_hash):
+        db.session.execute(text(TOUCH_SQL), {"h": token_hash})
         db.session.commit()

@@ -39,12 +39,20 @@ class WorkerCall:
     mapped_user: str | None = None
 
 
-def bearer() -> str:
-    """The token of ``Authorization: Bearer <token>``, parsed as SavewebHQ
-    does: one space after the scheme, then a token without whitespace."""
-    header = tokens.from_header(request.headers.get("Authorization", "")).strip()
-    scheme, found, token = header.partition(" ")
+def parse_bearer(authorization: str) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header value (as
+    WSGI hands it over), parsed as SavewebHQ does: one space after the
+    scheme, then a token without whitespace. None if there is none."""
+    scheme, found, token = tokens.from_header(authorization).strip().partition(" ")
     if not found or scheme.lower() != "bearer" or not tokens.well_formed(token):
+        return None
+    return token
+
+
+def bearer() -> str:
+    """The request's bearer token (``parse_bearer``)."""
+    token = parse_bearer(request.headers.get("Authorization", ""))
+    if token is None:
         raise InvalidToken("missing or malformed bearer token")
     return token
 
@@ -77,7 +85,9 @@ FROM fleet_nodes n LEFT JOIN projects p ON p.id = :p
 WHERE n.secret_hash = :h
 """
 
-_TOKEN_CALL = f"""
+# A token worker's call: one row with the token's user, the worker's standing,
+# its mapped user and the project (LEFT JOINs: None when absent).
+TOKEN_CALL = f"""
 SELECT {accounts.TOKEN_LOOKUP_COLUMNS}, tw.status AS standing,
        extract(epoch FROM now() - tw.last_heartbeat_at) AS heartbeat_age_s, tw.tier,
        wu.user_id AS mapped_user, {projects.VIEW_COLUMNS}
@@ -119,7 +129,7 @@ def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
         worker = Worker(worker_id=row.node_id, owner=None)
         mapped = None
     else:
-        row = _first(fetch_rows(_TOKEN_CALL, {"p": project_id, "w": worker_id,
+        row = _first(fetch_rows(TOKEN_CALL, {"p": project_id, "w": worker_id,
                                               **accounts.lookup_params(token)}, named=True))
         if row is None:
             raise InvalidToken("invalid machine token")

@@ -213,12 +213,15 @@ def claim(project_id):
 def complete(project_id):
     statements_commit_alone()
     call, body = _worker_call(project_id, COMPLETE)
-    worker, project = call.worker, call.project
+    return jsonify(results=complete_checked(call.project, call.worker, body))
+
+
+def complete_checked(project, worker, body: dict, run=outcomes.IN_SESSION) -> list[dict]:
+    """The results of a checked ``COMPLETE`` body (here and in app.api.hot_path)."""
     for item in body["items"]:
         item["outcome"] = _stored_outcome(item["outcome"])
         item["artifact_receipts"] = item.get("artifact_receipts") or []
-    results = outcomes.complete(project, worker, body["items"])
-    return jsonify(results=results)
+    return outcomes.complete(project, worker, body["items"], run)
 
 
 @bp.post("/projects/<project_id>/jobs/fail")
@@ -226,11 +229,14 @@ def complete(project_id):
            errors=_WORKER_ERRORS, operation_id="failProjectJobs", summary="Report failed attempts")
 def fail(project_id):
     call, body = _worker_call(project_id, FAIL)
-    worker, project = call.worker, call.project
+    return jsonify(results=fail_checked(call.project, call.worker, body))
+
+
+def fail_checked(project, worker, body: dict, run=outcomes.IN_SESSION) -> list[dict]:
+    """The results of a checked ``FAIL`` body (here and in app.api.hot_path)."""
     for item in body["items"]:
         item["error"] = _stored_error(item["error"])
-    results = outcomes.fail(project, worker, body["items"])
-    return jsonify(results=results)
+    return outcomes.fail(project, worker, body["items"], run)
 
 
 @bp.post("/projects/<project_id>/jobs/extend-lease")
@@ -239,6 +245,9 @@ def fail(project_id):
 def extend_lease(project_id):
     statements_commit_alone()
     call, body = _worker_call(project_id, EXTEND)
-    worker, project = call.worker, call.project
-    results = outcomes.extend(project, worker, body["items"], body["extend_seconds"])
-    return jsonify(results=results)
+    return jsonify(results=extend_checked(call.project, call.worker, body))
+
+
+def extend_checked(project, worker, body: dict, run=outcomes.IN_SESSION) -> list[dict]:
+    """The results of a checked ``EXTEND`` body (here and in app.api.hot_path)."""
+    return outcomes.extend(project, worker, body["items"], body["extend_seconds"], run)

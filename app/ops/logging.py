@@ -17,18 +17,31 @@ REQUEST_ID_HEADER = "X-Request-ID"
 _VALID_REQUEST_ID = re.compile(r"\A[A-Za-z0-9._:-]{1,128}\Z")
 
 
+_ACCESS = logging.getLogger("fleethq.access")
+
+
+def log_access(status: int, started: float) -> None:
+    """The access log's line for a request served since ``started``
+    (``time.perf_counter()``); its id, method and path are bound."""
+    _ACCESS.info("request", extra={"status": status,
+                                   "duration_ms": round((time.perf_counter() - started) * 1000, 2)})
+
+
+def request_id(incoming: str) -> str:
+    """The id of a request: the caller's ``X-Request-ID`` if well-formed, else a new one."""
+    return incoming if _VALID_REQUEST_ID.match(incoming) else secrets.token_hex(8)
+
+
 def init_app(app) -> None:
     if not logs.configured():
         # No entry point named a role (a WSGI server other than the documented
         # gunicorn, a script calling create_app): the web's.
         logs.configure("web", json=app.config.get("LOG_JSON"),
                        level=app.config.get("LOG_LEVEL", "INFO"))
-    access = logging.getLogger("fleethq.access")
 
     @app.before_request
     def _assign_request_id():
-        incoming = request.headers.get(REQUEST_ID_HEADER, "")
-        g.request_id = incoming if _VALID_REQUEST_ID.match(incoming) else secrets.token_hex(8)
+        g.request_id = request_id(request.headers.get(REQUEST_ID_HEADER, ""))
         g.started = time.perf_counter()
         logs.bind(request_id=g.request_id, method=request.method, path=request.path)
 
@@ -41,7 +54,5 @@ def init_app(app) -> None:
         response.headers[REQUEST_ID_HEADER] = getattr(g, "request_id", "")
         started = getattr(g, "started", None)
         if started is not None and app.config.get("ACCESS_LOG", False):
-            access.info("request", extra={
-                "status": response.status_code,
-                "duration_ms": round((time.perf_counter() - started) * 1000, 2)})
+            log_access(response.status_code, started)
         return response

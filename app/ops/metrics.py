@@ -144,6 +144,11 @@ def render_retention_metrics() -> str:
     return "\n".join(lines) + "\n"
 
 
+def observe_request(method: str, endpoint: str, status: int, started: float) -> None:
+    """Count a request served since ``started`` (``time.perf_counter()``)."""
+    REQUEST_LATENCY.labels(method, endpoint, str(status)).observe(time.perf_counter() - started)
+
+
 def init_app(app) -> None:
     @app.before_request
     def _start_timer():
@@ -154,8 +159,7 @@ def init_app(app) -> None:
         started = getattr(g, "metrics_started", None)
         if started is not None:
             endpoint = request.url_rule.rule if request.url_rule is not None else "unmatched"
-            REQUEST_LATENCY.labels(request.method, endpoint, str(response.status_code)).observe(
-                time.perf_counter() - started)
+            observe_request(request.method, endpoint, response.status_code, started)
         return response
 
     @app.get("/metrics")

@@ -10,8 +10,8 @@ and expiry) the owner of these job and attempt states (``app.projects.states``).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-
 
 from app.errors import Conflict
 from app.extensions import db, fetch_rows
@@ -21,6 +21,22 @@ from app.projects.models import savewebhq_state
 from app.projects.service import ProjectView
 from app.sites import pushback
 from workers.wire.failures import NOT_THE_JOBS_FAULT, SITE_PUSHBACK
+
+
+@dataclass(frozen=True)
+class Statements:
+    """Where a batch's statements run: ``rows(sql, params, named=False)``
+    runs one of them and returns its rows; ``commit()`` ends the batch."""
+    rows: Callable[..., list]
+    commit: Callable[[], None]
+
+
+def _commit_session() -> None:
+    db.session.commit()
+
+
+# The request's session: what every caller but the hot path (app.api.hot_path) uses.
+IN_SESSION = Statements(fetch_rows, _commit_session)
 
 
 def _stale(message: str) -> dict:
@@ -54,7 +70,11 @@ _ATTEMPT_OF = """COALESCE(
         (SELECT a.id FROM attempts a WHERE a.job_id = t.job_id AND a.wire_id = t.attempt_ref),
         CASE WHEN t.attempt_ref ~ '^[0-9]{1,18}$' THEN CAST(t.attempt_ref AS bigint) END)"""
 
-_GUARD = """j.id = i.job_id AND j.current_attempt_id = i.attempt_id AND j.project_id = :p
+# ``j.id = ANY(:job_ids)`` repeats the join's condition so that the planner
+# looks the batch's jobs up by primary key: without it, it scanned every live
+# job of the worker (ix_jobs_live_worker), a cost that grew with its leases.
+_GUARD = """j.id = i.job_id AND j.id = ANY(CAST(:job_ids AS bigint[]))
+    AND j.current_attempt_id = i.attempt_id AND j.project_id = :p
     AND j.state = 'wip' AND j.worker_id = :w AND j.worker_owner IS NOT DISTINCT FROM :o
     AND j.lease_expires_at > now()"""
 
@@ -138,8 +158,8 @@ JOIN jobs j ON j.id = a.job_id
 """
 
 
-def _explain_rejections(project_id: str, worker: Worker, pending: dict, ended_as: str | None,
-                        payloads: dict) -> None:
+def _explain_rejections(run: Statements, project_id: str, worker: Worker, pending: dict,
+                        ended_as: str | None, payloads: dict) -> None:
     """Fill the results of items the guarded statement did not move.
 
     An item whose attempt already ended as ``ended_as`` with the same payload
@@ -148,7 +168,7 @@ def _explain_rejections(project_id: str, worker: Worker, pending: dict, ended_as
     """
     if not pending:
         return
-    rows = fetch_rows(_EXPLAIN_SQL, {
+    rows = run.rows(_EXPLAIN_SQL, {
         "job_ids": [job_id for (job_id, _) in pending],
         "attempt_ids": [ref for (_, ref) in pending]}, named=True)
     by_item = {(r.job_id, r.attempt_ref): r for r in rows}
@@ -175,12 +195,13 @@ def _json_array(payloads: dict, unique: list[dict]) -> str:
 
 
 def _run_outcome(project: ProjectView, worker: Worker, items: list[dict], sql: str, params: dict,
-                 ended_as: str | None, payloads: dict, moved=lambda rows: None) -> list[dict]:
+                 ended_as: str | None, payloads: dict, moved=lambda rows: None,
+                 run: Statements = IN_SESSION) -> list[dict]:
     """``moved``: called with the rows the statement moved, before the commit."""
     unique = _dedupe(items)
     results = {(it["job_id"], it["attempt_id"]): ItemResult(it["job_id"], it["attempt_id"])
                for it in unique}
-    rows = fetch_rows(sql, {"p": project.id, "w": worker.worker_id, "o": worker.owner, **params})
+    rows = run.rows(sql, {"p": project.id, "w": worker.worker_id, "o": worker.owner, **params})
     moved(rows)
     released = False
     for row in rows:
@@ -195,16 +216,17 @@ def _run_outcome(project: ProjectView, worker: Worker, items: list[dict], sql: s
             result.job_status = "wip"
             result.lease_expires_at = row[2]
     pending = {k: r for k, r in results.items() if r.status != "applied"}
-    _explain_rejections(project.id, worker, pending, ended_as, payloads)
+    _explain_rejections(run, project.id, worker, pending, ended_as, payloads)
     # A finished attempt frees a slot of a capped project: waiting claimers may go on.
     capped = project.max_in_flight is not None or project.max_worker_in_flight is not None
     if released or (rows and ended_as is not None and capped):
-        wakeups.notify(project.id)
-    db.session.commit()
+        run.rows(wakeups.NOTIFY_SQL, wakeups.notify_params(project.id))
+    run.commit()
     return [results[(it["job_id"], it["attempt_id"])].as_dict() for it in items]
 
 
-def complete(project: ProjectView, worker: Worker, items: list[dict]) -> list[dict]:
+def complete(project: ProjectView, worker: Worker, items: list[dict],
+             run: Statements = IN_SESSION) -> list[dict]:
     """Finish attempts successfully (generic projects). Commits."""
     if project.kind != "generic":
         raise Conflict("jobs of pdf projects finish only through an archived upload",
@@ -216,7 +238,7 @@ def complete(project: ProjectView, worker: Worker, items: list[dict]) -> list[di
     job_ids, attempt_ids = _parse_ids(unique)
     params = {"job_ids": job_ids, "attempt_ids": attempt_ids,
               "payloads": _json_array(payloads, unique)}
-    return _run_outcome(project, worker, items, _COMPLETE_SQL, params, "done", payloads)
+    return _run_outcome(project, worker, items, _COMPLETE_SQL, params, "done", payloads, run=run)
 
 
 def _code(item_or_payload: dict) -> str | None:
@@ -224,7 +246,8 @@ def _code(item_or_payload: dict) -> str | None:
     return error.get("code") if isinstance(error, dict) else None
 
 
-def fail(project: ProjectView, worker: Worker, items: list[dict]) -> list[dict]:
+def fail(project: ProjectView, worker: Worker, items: list[dict],
+         run: Statements = IN_SESSION) -> list[dict]:
     """Report failed attempts; retryable ones go back to the queue. A site
     that pushed back (workers.wire.failures) is paused for every worker
     (app.sites.pushback); its job, like one whose worker found itself the
@@ -243,12 +266,18 @@ def fail(project: ProjectView, worker: Worker, items: list[dict]) -> list[dict]:
         for row in rows:
             if row[3] is not None and _code(row[4]) in SITE_PUSHBACK:
                 pushback.report(row[3], row[4]["error"], worker.worker_id)
-    return _run_outcome(project, worker, items, _FAIL_SQL, params, "failed", payloads, pause_sites)
+    return _run_outcome(project, worker, items, _FAIL_SQL, params, "failed", payloads, pause_sites, run)
 
 
-def extend(project: ProjectView, worker: Worker, items: list[dict], extend_seconds: int) -> list[dict]:
+def pauses_sites(items: list[dict]) -> bool:
+    """Whether a fail batch may pause a site (a pushback code, app.sites.pushback)."""
+    return any(_code(item) in SITE_PUSHBACK for item in items)
+
+
+def extend(project: ProjectView, worker: Worker, items: list[dict], extend_seconds: int,
+           run: Statements = IN_SESSION) -> list[dict]:
     """Renew live leases: new lease = max(current, now + extend), never past a deadline."""
     unique = _dedupe(items)
     job_ids, attempt_ids = _parse_ids(unique)
     params = {"job_ids": job_ids, "attempt_ids": attempt_ids, "ext": float(extend_seconds)}
-    return _run_outcome(project, worker, items, _EXTEND_SQL, params, None, {})
+    return _run_outcome(project, worker, items, _EXTEND_SQL, params, None, {}, run=run)

@@ -1,6 +1,8 @@
 """Create, change, read and delete projects."""
 from __future__ import annotations
 
+import operator
+
 from dataclasses import dataclass, fields
 
 from sqlalchemy import select, text
@@ -61,7 +63,7 @@ _COMPUTED = {
 # can share a row with other tables' columns and be read by name.
 VIEW_COLUMNS = ", ".join(f"{_COMPUTED.get(f.name, 'p.' + f.name)} AS project_{f.name}"
                          for f in fields(ProjectView))
-_VIEW_NAMES = tuple(f"project_{f.name}" for f in fields(ProjectView))
+_VIEW_OF_NAMED = operator.attrgetter(*(f"project_{f.name}" for f in fields(ProjectView)))
 
 
 def view_from_row(row) -> ProjectView | None:
@@ -72,7 +74,7 @@ def view_from_row(row) -> ProjectView | None:
 
 def view_from_named(row) -> ProjectView | None:
     """The view from a named row holding ``VIEW_COLUMNS`` among others."""
-    return view_from_row(tuple(getattr(row, name) for name in _VIEW_NAMES))
+    return view_from_row(_VIEW_OF_NAMED(row))
 
 
 def not_found(project_id: str) -> NotFound:

@@ -1,0 +1,179 @@
+"""The hot path: a token worker's completion, failure report or lease
+renewal, served without Flask's request machinery.
+
+SavewebHQ's Go SDK, which its real workers run, sends one ``complete``
+request per job. Through Flask such a request cost the web about four times
+the CPU of the same answer from a bare Flask app (request and app contexts,
+the hooks of every extension, a SQLAlchemy session's life): see
+``bench/vs_savewebhq.py``. This WSGI layer, in front of the Flask app,
+serves the plain case of ``POST /api/v1/projects/<p>/jobs/complete``,
+``…/fail`` and ``…/extend-lease`` itself, with the same checks, the same
+statements (``app.projects.outcomes``, run on a fleet-pool connection that
+commits each statement) and the same answer, byte for byte but for the
+request id.
+
+Plain means: a well-formed JSON body the route's schema accepts, a token
+worker's machine token stored under FleetHQ's digest, an active user with
+the worker role, a known project whose client versions include the caller's,
+a worker id not revoked and already mapped to that user, no failure that
+would pause a site (a pushback code), and no app context pushed (tests
+calling in-process keep their session). Anything else goes on to the Flask
+app unchanged, which answers it as it always did (its errors, its
+envelopes). That is decided before anything is written; after the write, a
+surprise (a dropped connection) also hands the request on: the routes give
+the same answer to the same body sent again (a replayed completion or
+failure is ``applied``, a renewal keeps the later lease), so the Flask app's
+answer is the one the first try would have given.
+"""
+from __future__ import annotations
+
+import hmac
+import io
+import json
+import logging
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+from flask.globals import _cv_app
+from psycopg.pq import ExecStatus
+from psycopg.rows import namedtuple_row, tuple_row
+
+from app.accounts import service as accounts
+from app.api import API_CACHE_CONTROL, auth, jobs
+from app.api import validate as v
+from app.extensions import FLEET_BIND, db, driver_sql
+from app.fleet.service import NODE_SECRET_PREFIX
+from app.ops import logging as ops_logging
+from app.ops.metrics import observe_request
+from app.projects import outcomes
+from app.projects.leasing import Worker
+from app.projects.service import view_from_named
+from workers import logs
+from workers.wire.protocol import is_identifier, strict_json_loads
+
+log = logging.getLogger(__name__)
+
+_ROUTES = {
+    "complete": (jobs.COMPLETE, jobs.complete_checked, "/api/v1/projects/<project_id>/jobs/complete"),
+    "fail": (jobs.FAIL, jobs.fail_checked, "/api/v1/projects/<project_id>/jobs/fail"),
+    "extend-lease": (jobs.EXTEND, jobs.extend_checked, "/api/v1/projects/<project_id>/jobs/extend-lease"),
+}
+_PATH = re.compile(r"\A/api/v1/projects/([^/]+)/jobs/(complete|fail|extend-lease)\Z")
+
+
+def _connection_statements(driver: psycopg.Connection) -> outcomes.Statements:
+    def rows(sql: str, params: dict, *, named: bool = False) -> list:
+        with driver.cursor(row_factory=namedtuple_row if named else tuple_row) as cursor:
+            cursor.execute(driver_sql(sql), params)
+            result = cursor.pgresult
+            return cursor.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else []
+    # Each statement committed as it ran (autocommit).
+    return outcomes.Statements(rows, lambda: None)
+
+
+class HotPath:
+    """WSGI middleware: ``app.wsgi_app = HotPath(app, app.wsgi_app)``."""
+
+    def __init__(self, app, full):
+        self.app = app
+        self.full = full
+        self._engine = None
+        self._body_limit = app.config["API_BODY_LIMIT"]
+        self._access_log = bool(app.config.get("ACCESS_LOG", False))
+
+    def __call__(self, environ, start_response):
+        match = _PATH.match(environ.get("PATH_INFO", ""))
+        if match is None or environ.get("REQUEST_METHOD") != "POST" or _cv_app.get(None) is not None:
+            return self.full(environ, start_response)
+        started = time.perf_counter()
+        data = self._read_body(environ)
+        answer = None
+        if data is not None:
+            try:
+                answer = self._serve(environ, match[1], match[2], data)
+            except Exception:  # noqa: BLE001 — the Flask app answers it (module doc)
+                log.debug("hot path handed a request on", exc_info=True)
+        if answer is None:
+            return self.full(environ, start_response)
+        request_id = ops_logging.request_id(environ.get("HTTP_X_REQUEST_ID", ""))
+        start_response("200 OK", [("Content-Type", "application/json"),
+                                  ("Content-Length", str(len(answer))),
+                                  ("Cache-Control", API_CACHE_CONTROL),
+                                  ("X-Request-ID", request_id)])
+        observe_request("POST", _ROUTES[match[2]][2], 200, started)
+        if self._access_log:
+            logs.bind(request_id=request_id, method="POST", path=environ["PATH_INFO"])
+            try:
+                ops_logging.log_access(200, started)
+            finally:
+                logs.unbind("request_id", "method", "path")
+        return [answer]
+
+    def _read_body(self, environ) -> bytes | None:
+        """The body, put back for the Flask app to read again; None (nothing
+        read) when it is not a plain JSON body of a declared length."""
+        content_type = environ.get("CONTENT_TYPE", "").partition(";")[0].strip().lower()
+        length = environ.get("CONTENT_LENGTH", "")
+        if content_type != "application/json" or not length.isdigit() or int(length) > self._body_limit:
+            return None
+        data = environ["wsgi.input"].read(int(length))
+        environ["wsgi.input"] = io.BytesIO(data)
+        return data
+
+    def _serve(self, environ, project_id: str, route: str, data: bytes) -> bytes | None:
+        token = auth.parse_bearer(environ.get("HTTP_AUTHORIZATION", ""))
+        if token is None or token.startswith(NODE_SECRET_PREFIX) or not is_identifier(project_id):
+            return None
+        raw = strict_json_loads(data)
+        worker_id = raw.get("worker_id") if isinstance(raw, dict) else None
+        if not is_identifier(worker_id):
+            return None
+        schema, serve, _ = _ROUTES[route]
+        try:
+            body = v.check(raw, schema)
+        except v.InvalidRequest:
+            return None
+        if route == "fail" and outcomes.pauses_sites(body["items"]):
+            return None   # pausing a site takes the session (app.sites.pushback)
+        version = (environ.get("HTTP_X_CLIENT_VERSION")
+                   or environ.get("HTTP_X_SAVEWEBHQ_CLIENT_VERSION"))
+        params = accounts.lookup_params(token)
+        with self._statements() as run:
+            rows = run.rows(auth.TOKEN_CALL, {"p": project_id, "w": worker_id, **params}, named=True)
+            row = rows[0] if rows else None
+            if (row is None or not hmac.compare_digest(row.token_hash, params["h"]) or row.user_status != "active"
+                    or "worker" not in row.user_roles or row.standing == "revoked"
+                    or row.mapped_user != row.user_id):
+                return None
+            project = view_from_named(row)
+            if project is None or version is None or version not in project.client_versions \
+                    or (route == "complete" and project.kind != "generic"):
+                return None
+            if accounts.touch_due(params["h"], self.app):
+                run.rows(accounts.TOUCH_SQL, {"h": params["h"]})
+            results = serve(project, Worker(worker_id=worker_id, owner=row.user_id), body, run)
+        # Flask's JSON answer, exactly: compact, ASCII, a newline at the end.
+        return (json.dumps({"results": results}, separators=(",", ":")) + "\n").encode()
+
+    @contextmanager
+    def _statements(self) -> Iterator[outcomes.Statements]:
+        """A fleet-pool connection, each statement committing alone."""
+        if self._engine is None:
+            with self.app.app_context():
+                self._engine = db.engines[FLEET_BIND]
+        pooled = self._engine.raw_connection()
+        driver = pooled.driver_connection
+        try:
+            driver.autocommit = True
+            yield _connection_statements(driver)
+        except psycopg.Error:
+            if driver.broken:
+                pooled.invalidate()
+            raise
+        finally:
+            if not driver.closed:
+                driver.autocommit = False
+            pooled.close()
