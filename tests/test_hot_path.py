@@ -79,10 +79,11 @@ def test_a_completion_is_answered_by_the_hot_path_as_flask_answers_it(app, worke
     assert _headers(again) == _headers(first)
     assert first.headers["Cache-Control"] == "no-store, no-cache, max-age=0"
     assert first.headers["X-Request-ID"] and first.headers["X-Request-ID"] != again.headers["X-Request-ID"]
-    # A replay by the hot path itself, and a stale attempt beside a live one.
+    # A replay and a stale attempt: the statement moves neither, and the
+    # hot path leaves the explaining to the Flask app.
     handed_on.clear()
     mixed = worker.complete("hp", [jobs[0], {"job_id": jobs[1]["job_id"], "attempt_id": "999999"}])
-    assert handed_on == []
+    assert handed_on == ["/api/v1/projects/hp/jobs/complete"]
     results = mixed.json["results"]
     assert [r["status"] for r in results] == ["applied", "rejected"]
     assert results[1]["error"]["code"] == "stale_attempt"
@@ -128,7 +129,6 @@ def test_everything_but_the_plain_case_reaches_flask_and_its_errors(app, worker,
     jobs = _claim(worker)
     item = {"job_id": jobs[0]["job_id"], "attempt_id": jobs[0]["attempt_id"], "outcome": {"kind": "success"}}
     api.put_project("hp-pdf", kind="pdf")
-    sql(app, "UPDATE token_workers SET status = 'revoked' WHERE worker_id = 'w-revoked'")
     cases = {
         "a body the schema refuses": (worker, "hp", {"worker_id": "w1", "items": []}, None, 400),
         "an unknown field": (worker, "hp", {"worker_id": "w1", "items": [{**item, "x": 1}]}, None, 400),
@@ -155,6 +155,49 @@ def test_everything_but_the_plain_case_reaches_flask_and_its_errors(app, worker,
         assert handed_on == [f"/api/v1/projects/{project}/jobs/complete"], name
     # Nothing of the refused requests was applied.
     assert api.counts("hp")["done"] == 0 and api.counts("hp")["wip"] == 2
+
+
+def test_what_changes_after_the_look_up_is_checked_by_the_write(app, worker, api, handed_on):
+    """The hot path remembers a worker's look-up (token, user, project); the
+    write itself checks that it still holds, and the Flask app answers when
+    it does not: a change takes effect at the next request."""
+    assert api.enqueue("hp", values(2, prefix="more")).status_code == 200
+    jobs = _claim(worker, 6)
+    changes = {
+        "the worker id revoked": ("INSERT INTO token_workers (user_id, worker_id, status) "
+                                  "VALUES ('hp-worker', 'w1', 'revoked') ON CONFLICT (user_id, worker_id) "
+                                  "DO UPDATE SET status = 'revoked'",
+                                  "UPDATE token_workers SET status = 'active' WHERE worker_id = 'w1'", 403),
+        "the user suspended": ("UPDATE users SET status = 'suspended' WHERE id = 'hp-worker'",
+                               "UPDATE users SET status = 'active' WHERE id = 'hp-worker'", 403),
+        "the worker role taken away": ("UPDATE users SET roles = '{}' WHERE id = 'hp-worker'",
+                                       "UPDATE users SET roles = '{worker}' WHERE id = 'hp-worker'", 403),
+        "the client version dropped": ("UPDATE projects SET client_versions = '{other-1}' WHERE id = 'hp'",
+                                       "UPDATE projects SET client_versions = '{test-1}' WHERE id = 'hp'", 426),
+    }
+    remembered = jobs.pop(0)
+    assert worker.complete("hp", [remembered]).status_code == 200   # remembered from here on
+    for name, change in changes.items():
+        job = jobs.pop()
+        handed_on.clear()
+        sql(app, change[0])
+        refused = worker.complete("hp", [job])
+        assert refused.status_code == change[2], (name, refused.json)
+        assert handed_on == ["/api/v1/projects/hp/jobs/complete"], name
+        sql(app, change[1])
+        handed_on.clear()
+        assert worker.complete("hp", [job]).json["results"][0]["status"] == "applied", name
+        assert handed_on == [], f"{name}: looked up again, then remembered"
+    assert api.counts("hp")["done"] == 5
+    # The token rotated: the remembered look-up names a token that is gone.
+    last = jobs.pop()
+    with app.app_context():
+        from app.accounts import service as accounts
+        from app.extensions import db
+        accounts.rotate_token("hp-worker")
+        db.session.commit()
+    assert worker.complete("hp", [last]).status_code == 401
+    assert api.counts("hp")["wip"] == 1
 
 
 def test_a_worker_id_not_yet_mapped_to_its_user_goes_through_flask(app, worker, make_user, handed_on):

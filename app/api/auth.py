@@ -86,11 +86,13 @@ WHERE n.secret_hash = :h
 """
 
 # A token worker's call: one row with the token's user, the worker's standing,
-# its mapped user and the project (LEFT JOINs: None when absent).
+# its mapped user and the project (LEFT JOINs: None when absent). The
+# project row's version (xmin: it changes with every update of the row) lets
+# app.api.hot_path keep the view and check at write time that it still holds.
 TOKEN_CALL = f"""
 SELECT {accounts.TOKEN_LOOKUP_COLUMNS}, tw.status AS standing,
        extract(epoch FROM now() - tw.last_heartbeat_at) AS heartbeat_age_s, tw.tier,
-       wu.user_id AS mapped_user, {projects.VIEW_COLUMNS}
+       wu.user_id AS mapped_user, p.xmin::text AS project_row_version, {projects.VIEW_COLUMNS}
 FROM {accounts.TOKEN_LOOKUP_FROM}
 LEFT JOIN projects p ON p.id = :p
 LEFT JOIN token_workers tw ON tw.user_id = u.id AND tw.worker_id = :w

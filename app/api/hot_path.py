@@ -35,6 +35,7 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import psycopg
 from flask.globals import _cv_app
@@ -42,6 +43,7 @@ from psycopg.pq import ExecStatus
 from psycopg.rows import namedtuple_row, tuple_row
 
 from app.accounts import service as accounts
+from app.accounts import tokens
 from app.api import API_CACHE_CONTROL, auth, jobs
 from app.api import validate as v
 from app.extensions import FLEET_BIND, db, driver_sql
@@ -50,7 +52,7 @@ from app.ops import logging as ops_logging
 from app.ops.metrics import observe_request
 from app.projects import outcomes
 from app.projects.leasing import Worker
-from app.projects.service import view_from_named
+from app.projects.service import ProjectView, view_from_named
 from workers import logs
 from workers.wire.protocol import is_identifier, strict_json_loads
 
@@ -74,12 +76,40 @@ def _connection_statements(driver: psycopg.Connection) -> outcomes.Statements:
     return outcomes.Statements(rows, lambda: None)
 
 
+# What the write re-checks of a remembered call, in its own statement: the
+# token still names the user, who is still an active worker; the worker id is
+# still theirs and not revoked; the project row is the one the view was read
+# from (xmin changes with every update of the row: a policy change, a new
+# client version, an archive).
+_STILL_AUTHORIZED = """EXISTS (
+    SELECT 1 FROM machine_tokens gt JOIN users gu ON gu.id = gt.user_id
+    JOIN projects gp ON gp.id = :p AND gp.xmin::text = :row_version
+    JOIN worker_users gwu ON gwu.worker_id = :w AND gwu.user_id = gu.id
+    LEFT JOIN token_workers gtw ON gtw.user_id = gu.id AND gtw.worker_id = :w
+    WHERE gt.token_hash = :h AND gu.id = :o AND gu.status = 'active' AND 'worker' = ANY(gu.roles)
+      AND gtw.status IS DISTINCT FROM 'revoked')"""
+# A remembered call is looked up again after this long: the guard keeps it
+# correct; the limit keeps the memo to the workers of the last minute.
+CALL_TTL_S = 60.0
+_MAX_CALLS = 10_000
+
+
+@dataclass(frozen=True)
+class _Call:
+    """A plain call's look-up, remembered per (token digest, project, worker id)."""
+    user_id: str
+    project: ProjectView
+    project_row_version: str
+    expires: float
+
+
 class HotPath:
     """WSGI middleware: ``app.wsgi_app = HotPath(app, app.wsgi_app)``."""
 
     def __init__(self, app, full):
         self.app = app
         self.full = full
+        self._calls: dict[tuple[str, str, str], _Call] = {}
         self._engine = None
         self._body_limit = app.config["API_BODY_LIMIT"]
         self._access_log = bool(app.config.get("ACCESS_LOG", False))
@@ -140,23 +170,49 @@ class HotPath:
             return None   # pausing a site takes the session (app.sites.pushback)
         version = (environ.get("HTTP_X_CLIENT_VERSION")
                    or environ.get("HTTP_X_SAVEWEBHQ_CLIENT_VERSION"))
-        params = accounts.lookup_params(token)
+        token_hash = tokens.digest(token)
+        key = (token_hash, project_id, worker_id)
         with self._statements() as run:
-            rows = run.rows(auth.TOKEN_CALL, {"p": project_id, "w": worker_id, **params}, named=True)
-            row = rows[0] if rows else None
-            if (row is None or not hmac.compare_digest(row.token_hash, params["h"]) or row.user_status != "active"
-                    or "worker" not in row.user_roles or row.standing == "revoked"
-                    or row.mapped_user != row.user_id):
-                return None
-            project = view_from_named(row)
-            if project is None or version is None or version not in project.client_versions \
+            call = self._calls.get(key)
+            if call is None or call.expires < time.monotonic():
+                call = self._look_up(run, token, project_id, worker_id)
+                if call is None:
+                    return None
+                if len(self._calls) >= _MAX_CALLS:
+                    self._calls.clear()
+                self._calls[key] = call
+            project = call.project
+            if version is None or version not in project.client_versions \
                     or (route == "complete" and project.kind != "generic"):
                 return None
-            if accounts.touch_due(params["h"], self.app):
-                run.rows(accounts.TOUCH_SQL, {"h": params["h"]})
-            results = serve(project, Worker(worker_id=worker_id, owner=row.user_id), body, run)
+            if accounts.touch_due(token_hash, self.app):
+                run.rows(accounts.TOUCH_SQL, {"h": token_hash})
+            guarded = outcomes.Statements(run.rows, run.commit, _STILL_AUTHORIZED,
+                                          {"h": token_hash, "row_version": call.project_row_version})
+            try:
+                results = serve(project, Worker(worker_id=worker_id, owner=call.user_id), body, guarded)
+            except outcomes.Unconfirmed:
+                # The guard refused (something changed since the look-up) or
+                # an item was stale: the Flask app looks again and explains.
+                self._calls.pop(key, None)
+                return None
         # Flask's JSON answer, exactly: compact, ASCII, a newline at the end.
         return (json.dumps({"results": results}, separators=(",", ":")) + "\n").encode()
+
+    @staticmethod
+    def _look_up(run: outcomes.Statements, token: str, project_id: str, worker_id: str) -> _Call | None:
+        """The caller and the project (``auth.TOKEN_CALL``), if the call is plain."""
+        params = accounts.lookup_params(token)
+        rows = run.rows(auth.TOKEN_CALL, {"p": project_id, "w": worker_id, **params}, named=True)
+        row = rows[0] if rows else None
+        if (row is None or not hmac.compare_digest(row.token_hash, params["h"]) or row.user_status != "active"
+                or "worker" not in row.user_roles or row.standing == "revoked"
+                or row.mapped_user != row.user_id):
+            return None
+        project = view_from_named(row)
+        if project is None:
+            return None
+        return _Call(row.user_id, project, row.project_row_version, time.monotonic() + CALL_TTL_S)
 
     @contextmanager
     def _statements(self) -> Iterator[outcomes.Statements]:

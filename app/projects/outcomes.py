@@ -9,6 +9,7 @@ and expiry) the owner of these job and attempt states (``app.projects.states``).
 """
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,9 +27,27 @@ from workers.wire.failures import NOT_THE_JOBS_FAULT, SITE_PUSHBACK
 @dataclass(frozen=True)
 class Statements:
     """Where a batch's statements run: ``rows(sql, params, named=False)``
-    runs one of them and returns its rows; ``commit()`` ends the batch."""
+    runs one of them and returns its rows; ``commit()`` ends the batch.
+
+    ``guard``: a condition (SQL, its parameters in ``guard_params``; ``:p``,
+    ``:w`` and ``:o`` are the project, worker id and owner) that the batch's
+    one write also requires, all or nothing: a batch that moves fewer items
+    than it names raises :class:`Unconfirmed` instead of explaining them,
+    since a refused guard and stale items look alike.
+    """
     rows: Callable[..., list]
     commit: Callable[[], None]
+    guard: str = ""
+    guard_params: dict = field(default_factory=dict)
+
+
+class Unconfirmed(Exception):
+    """A guarded batch moved fewer items than it named; what it moved is committed."""
+
+
+@functools.lru_cache(maxsize=16)
+def _guarded(sql: str, guard: str) -> str:
+    return sql.replace("/*caller's guard*/", f"AND {guard}") if guard else sql
 
 
 def _commit_session() -> None:
@@ -76,7 +95,7 @@ _ATTEMPT_OF = """COALESCE(
 _GUARD = """j.id = i.job_id AND j.id = ANY(CAST(:job_ids AS bigint[]))
     AND j.current_attempt_id = i.attempt_id AND j.project_id = :p
     AND j.state = 'wip' AND j.worker_id = :w AND j.worker_owner IS NOT DISTINCT FROM :o
-    AND j.lease_expires_at > now()"""
+    AND j.lease_expires_at > now() /*caller's guard*/"""
 
 _COMPLETE_SQL = f"""
 WITH i AS (
@@ -201,7 +220,8 @@ def _run_outcome(project: ProjectView, worker: Worker, items: list[dict], sql: s
     unique = _dedupe(items)
     results = {(it["job_id"], it["attempt_id"]): ItemResult(it["job_id"], it["attempt_id"])
                for it in unique}
-    rows = run.rows(sql, {"p": project.id, "w": worker.worker_id, "o": worker.owner, **params})
+    rows = run.rows(_guarded(sql, run.guard), {"p": project.id, "w": worker.worker_id, "o": worker.owner,
+                                              **params, **run.guard_params})
     moved(rows)
     released = False
     for row in rows:
@@ -215,12 +235,15 @@ def _run_outcome(project: ProjectView, worker: Worker, items: list[dict], sql: s
         else:
             result.job_status = "wip"
             result.lease_expires_at = row[2]
-    pending = {k: r for k, r in results.items() if r.status != "applied"}
-    _explain_rejections(run, project.id, worker, pending, ended_as, payloads)
     # A finished attempt frees a slot of a capped project: waiting claimers may go on.
     capped = project.max_in_flight is not None or project.max_worker_in_flight is not None
     if released or (rows and ended_as is not None and capped):
         run.rows(wakeups.NOTIFY_SQL, wakeups.notify_params(project.id))
+    if run.guard and len(rows) < len(unique):
+        run.commit()
+        raise Unconfirmed(f"{len(rows)} of {len(unique)} items moved")
+    pending = {k: r for k, r in results.items() if r.status != "applied"}
+    _explain_rejections(run, project.id, worker, pending, ended_as, payloads)
     run.commit()
     return [results[(it["job_id"], it["attempt_id"])].as_dict() for it in items]
 
