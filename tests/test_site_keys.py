@@ -26,11 +26,24 @@ from tests.support.pages import Pages, sign_in
     ("http://127.0.0.1:8080/p.pdf", "127.0.0.1"),         # an address stands for itself
     ("http://[::1]/p.pdf", "::1"),
     ("http://localhost:5000/p.pdf", "localhost"),
+    ("https://user:pw@www.Example.org/x", "example.org"),  # user info, as urlsplit reads it
+    (" https://www.example.org/x", "example.org"),        # surrounding spaces are stripped
+    ("https://www.exa\tmple.org/x", "example.org"),       # and tabs removed, as by browsers
+    ("https://www.example.org:80a/x", "example.org"),     # a broken port: the host still counts
     ("item-42", None),                                    # a generic value names no site
     ("http://[zz]/", None),
 ])
 def test_site_key_of_a_value(value, site):
     assert keys.for_value(value) == site
+
+
+def test_a_job_over_the_spec_size_is_refused_though_each_field_fits():
+    """32 KiB per job as JSON: 8,000 control characters are 8,000 bytes of
+    value but 48,000 of JSON (each one escaped as \\u0001)."""
+    from workers.wire.protocol import MAX_SPEC_BYTES, SpecError, normalize_jobspec
+    assert normalize_jobspec({"value": "x" * 8000, "via": "y" * 8000}, "none")["value"]
+    with pytest.raises(SpecError, match=f"at most {MAX_SPEC_BYTES} bytes"):
+        normalize_jobspec({"value": "\x01" * 8000}, "none")
 
 
 def test_a_job_may_name_its_site_and_a_bad_name_is_refused():

@@ -191,9 +191,22 @@ def normalize_jobspec(raw, identity_mode: str = "external_id", *, allow_random_k
     for field in ("value", "via"):
         if field in spec and "\x00" in spec[field]:
             raise SpecError(f"{field} may not contain NUL characters", field)
-    if len(compact_json(spec).encode("utf-8")) > MAX_SPEC_BYTES:
+    if _encoded_bound(spec) > MAX_SPEC_BYTES and len(compact_json(spec).encode("utf-8")) > MAX_SPEC_BYTES:
         raise SpecError(f"job must encode to at most {MAX_SPEC_BYTES} bytes")
     return spec
+
+
+# Keys, punctuation, type, hops and random_key of a spec's JSON: under 100 bytes.
+_SPEC_FRAME_BYTES = 160
+
+
+def _encoded_bound(spec: dict) -> int:
+    """At least the size of ``compact_json(spec)`` in UTF-8, without encoding
+    it (enqueue checks every job): a character of a string encodes to at most
+    6 bytes (``\\u001f``), and attr was measured already."""
+    chars = len(spec["value"]) + len(spec.get("via") or "") + len(spec.get("id") or "")
+    attr = spec.get("attr")
+    return 6 * chars + (MAX_ATTR_BYTES if attr is not None else 0) + _SPEC_FRAME_BYTES
 
 
 def default_job_id(value: str, job_type: str = "seed") -> str:
