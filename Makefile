@@ -51,7 +51,7 @@ translations-update: install
 	$(BIN)/pybabel update -i app/translations/messages.pot -d app/translations --no-fuzzy-matching
 
 # Starts PostgreSQL and Redis (embedded unless DATABASE_URL / REDIS_URL are set),
-# migrates, and runs web + tasks + clock with a demo project.
+# migrates, and runs web + tasks (with the clock) and consume with a demo project.
 dev: install system-packages translations
 	$(BIN)/python -m app.dev
 

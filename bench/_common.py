@@ -114,6 +114,43 @@ def tree_rss_mb(pid: int) -> float:
     return total / 1024
 
 
+def proc_stat(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name (field 3 on)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()
+
+
+def _children() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                out.setdefault(int(proc_stat(int(entry))[1]), []).append(int(entry))
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                pass
+    return out
+
+
+def tree(pid: int) -> list[int]:
+    """A process and all its descendants."""
+    kids, found = _children(), [pid]
+    for p in found:
+        found.extend(kids.get(p, []))
+    return found
+
+
+def pss_mb(root: int) -> float:
+    """The PSS of a process tree in MB: shared pages counted in part by each sharer."""
+    total = 0
+    for pid in tree(root):
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as fh:
+                total += next(int(line.split()[1]) for line in fh if line.startswith("Pss:"))
+        except (FileNotFoundError, StopIteration):
+            pass
+    return total / 1024
+
+
 def self_peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 

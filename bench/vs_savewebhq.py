@@ -43,7 +43,7 @@ from pathlib import Path
 import psycopg
 import requests
 
-from _common import BENCH_PG, ROOT, fresh_database, free_port, stop, wait_ready
+from _common import BENCH_PG, ROOT, fresh_database, free_port, proc_stat, pss_mb, stop, tree, wait_ready
 
 HOME = Path(os.environ.get("FLEETHQ_SAVEWEBHQ_DIR") or Path(ROOT).parent / "shared" / "savewebhq")
 CLIENT_VERSION = "bench-1"
@@ -61,52 +61,18 @@ def program(name: str) -> str:
 
 # ------------------------------------------------------------ /proc readings
 
-def _stat(pid: int) -> list[str]:
-    with open(f"/proc/{pid}/stat") as fh:
-        return fh.read().rsplit(")", 1)[1].split()
-
-
-def _children() -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                out.setdefault(int(_stat(int(entry))[1]), []).append(int(entry))
-            except (FileNotFoundError, ProcessLookupError, IndexError):
-                pass
-    return out
-
-
-def tree(pid: int) -> list[int]:
-    kids, found = _children(), [pid]
-    for p in found:
-        found.extend(kids.get(p, []))
-    return found
-
-
 def cpu_seconds(root: int) -> float:
     """CPU of a process tree so far, children that exited and were waited for included."""
     total = 0.0
     for pid in tree(root):
         try:
-            fields = _stat(pid)
+            fields = proc_stat(pid)
         except FileNotFoundError:
             continue
         total += int(fields[11]) + int(fields[12])
         if pid == root:
             total += int(fields[13]) + int(fields[14])
     return total / TICK
-
-
-def pss_mb(root: int) -> float:
-    total = 0
-    for pid in tree(root):
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as fh:
-                total += next(int(line.split()[1]) for line in fh if line.startswith("Pss:"))
-        except (FileNotFoundError, StopIteration):
-            pass
-    return total / 1024
 
 
 def rss_mb(pid: int) -> float:

@@ -58,8 +58,10 @@ def _compose() -> dict:
 PROCFILE = _procfile()
 COMPOSE = _compose()
 # Procfile process type -> compose service running it.
-SERVICES = {"release": "migrate", "web": "web", "tasks": "tasks", "clock": "clock",
-            "fetcher": "fetcher", "consume": "consume"}
+SERVICES = {"release": "migrate", "web": "web", "tasks": "tasks", "fetcher": "fetcher", "consume": "consume"}
+# A clock of its own, besides the one each tasks process runs: the command
+# docs/deployment.md gives for a standby (or for FLEETHQ_TASKS_CLOCK=false).
+CLOCK = ["python", "-m", "tasks.clock"]
 _INTERPOLATION = re.compile(r"\$\{(\w+)(?::?([-?])([^}]*))?\}")
 
 
@@ -306,8 +308,8 @@ def test_compose_runs_the_procfile_commands():
     for process, service in SERVICES.items():
         command = compose_command(service)
         assert command[:len(PROCFILE[process])] == PROCFILE[process], (process, command)
-    # What compose adds: the tasks process's size, the fetcher's volume and master.
-    assert compose_command("tasks")[len(PROCFILE["tasks"]):] == ["--processes", "2", "--threads", "4"]
+    # What compose adds: the fetcher's volume and master.
+    assert compose_command("tasks") == PROCFILE["tasks"]
     fetcher = compose_command("fetcher")
     web_port = COMPOSE["services"]["web"]["environment"]["FLEETHQ_BIND"].rsplit(":", 1)[1]
     # The fetcher shares web's network namespace: its master is web over loopback.
@@ -437,8 +439,9 @@ def _send(redis_url: str, queue: str, actor: str) -> None:
 
 
 @pytest.mark.parametrize("source", ["procfile", "compose"])
-def test_tasks_processes_a_message_and_stops_cleanly(source, spawn, master_env, app, client,
-                                                     admin_token, process_redis_url):
+def test_tasks_processes_a_message_runs_the_clock_and_stops_cleanly(source, spawn, master_env, app, client,
+                                                                    admin_token, process_redis_url,
+                                                                    database_url):
     from tasks import actors
     argv = PROCFILE["tasks"] if source == "procfile" else compose_command("tasks")
     job_id = _expired_lease(app, client, admin_token)
@@ -451,10 +454,15 @@ def test_tasks_processes_a_message_and_stops_cleanly(source, spawn, master_env, 
         return db_rows(app, "SELECT state FROM jobs WHERE id = :id", id=job_id)[0]["state"] == "todo"
     wait_for(requeued, timeout=45, what="the tasks process to reap the expired lease")
     workers = related(tasks.pid)
-    if source == "compose":
-        assert len(workers) >= 2, f"--processes 2 but {len(workers)} worker process(es)"
     assert workers, "dramatiq runs no worker process"
+    # The shape's only clock: a thread of the tasks process, which leads and
+    # hands the lease back when the process stops.
+    wait_for(lambda: "clock leading" in tasks.log() or tasks.assert_running(), timeout=30,
+             what=f"the tasks process's clock to lead\n{tasks.log()}")
+    assert [held for _pid, held in _clock_sessions(database_url)] == [1]
     assert_clean_stop(tasks, STOP_GRACE_S)
+    wait_for(lambda: not _clock_sessions(database_url), timeout=5,
+             what="the clock's lease session to end")
 
 
 # ------------------------------------------------------------------ clock
@@ -482,7 +490,7 @@ def test_clock_takes_the_lease_ticks_and_stops_promptly(spawn, master_env, datab
                                                         process_redis_url):
     from tasks import clock
     drop_queues(process_redis_url)  # only this clock's messages
-    clock_proc = spawn(PROCFILE["clock"], master_env("clock"), "clock")
+    clock_proc = spawn(CLOCK, master_env("tasks"), "clock")
     scheduled = {actor.actor_name for actor, _ in clock.SCHEDULE}
     queues = {actor.queue_name for actor, _ in clock.SCHEDULE}
 

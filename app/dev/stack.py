@@ -2,8 +2,9 @@
 
 Starts embedded PostgreSQL (``./var/pg``) and Redis (``./var/redis.sock``)
 unless ``DATABASE_URL`` / ``REDIS_URL`` are set, migrates, creates the
-development admin, runs web + tasks + clock as children with prefixed output,
-waits for ``/readyz``, and fills a demo project. Then the pdf demo: the local
+development admin, runs web, tasks (the clock a thread of it, as in the
+Procfile) and consume as children with prefixed output, waits for
+``/readyz``, and fills a demo project. Then the pdf demo: the local
 test publisher, a ``demo-papers`` project of 50 papers, and the ``fetcher``
 (``flask fleet local-worker``, the Procfile's local lane, volume
 ``./var/fetcher``) that fetches and archives them while a progress bar runs.
@@ -97,8 +98,8 @@ def run(args) -> int:
             publisher = start_publisher(stack)
             env["FLEETHQ_DEV_PUBLISHER_URL"] = publisher.url
         stack.spawn("web", [py, "-m", "gunicorn", "-c", "python:app.gunicorn_conf", "wsgi:app"], env)
-        stack.spawn("tasks", [py, "-m", "dramatiq", "tasks:setup_broker", "--processes", "1", "--threads", "4"], env)
-        stack.spawn("clock", [py, "-m", "tasks.clock"], env)
+        stack.spawn("tasks", [py, "-m", "dramatiq", "tasks:setup_broker", "--processes", "1", "--threads", "4"],
+                    {**env, "FLEETHQ_TASKS_CLOCK": "true"})
         stack.spawn("consume", [py, "-m", "flask", "--app", "wsgi", "fleet", "documents", "consume",
                                 "--project", DOCUMENTS_PROJECT], env)
 
