@@ -26,6 +26,7 @@ from tests.support.pages import sign_in
 DEEP = "[" * 10_000 + "]" * 10_000
 CLAIM = "/api/v1/projects/p/jobs/claim"
 COMPLETE = "/api/v1/projects/p/jobs/complete"
+FAIL = "/api/v1/projects/p/jobs/fail"
 ENQUEUE = "/api/v1/admin/projects/p/jobs"
 SOURCE = "/api/v1/admin/projects/p/source"
 REGISTER = "/api/v1/fleet/register"
@@ -200,6 +201,27 @@ API_CASES = [
     ("register-wrong-credential", "POST", REGISTER, "none",
      {"id": "n-bad-credential-0001", "name": "x", "enrollment_token": "fhqe_" + "x" * 40,
       "secret": "fhqn_" + "y" * 43}, J, {}, 403, "permission_denied"),
+    # ---- text that is not Unicode: a lone surrogate, as a JSON escape
+    ("complete-uri-surrogate", "POST", COMPLETE, "admin",
+     r'{"worker_id": "w1", "items": [{"job_id": 1, "attempt_id": "1", "outcome": {"kind": "success", '
+     r'"uri": "https://example.org/\ud800"}}]}', J, {}, 400, "invalid_request"),
+    ("complete-meta-surrogate", "POST", COMPLETE, "admin",
+     r'{"worker_id": "w1", "items": [{"job_id": 1, "attempt_id": "1", "outcome": {"kind": "success", '
+     r'"meta": {"\udfff": "x"}}}]}', J, {}, 400, "invalid_request"),
+    ("fail-message-surrogate", "POST", FAIL, "admin",
+     r'{"worker_id": "w1", "items": [{"job_id": 1, "attempt_id": "1", "retryable": true, '
+     r'"error": {"code": "network", "message": "\ud800"}}]}', J, {}, 400, "invalid_request"),
+    ("fail-details-surrogate", "POST", FAIL, "admin",
+     r'{"worker_id": "w1", "items": [{"job_id": 1, "attempt_id": "1", "retryable": true, '
+     r'"error": {"code": "network", "message": "m", "details": {"k": "\uDC00"}}}]}', J, {}, 400,
+     "invalid_request"),
+    ("heartbeat-last_error-surrogate", "POST", HEARTBEAT, "node",
+     r'{"capacity": 1, "browser_ok": true, "disk_free_bytes": 1, "spool_bytes": 0, '
+     r'"running_attempt_ids": [], "last_error": "disk \ud800"}', J, {}, 400, "invalid_request"),
+    ("hook-name-surrogate", "POST", "/api/v1/admin/projects/p/hooks", "admin",
+     r'{"name": "\ud800", "url": "https://hooks.example.org/in"}', J, {}, 400, "invalid_request"),
+    ("hook-edit-name-surrogate", "PATCH", "/api/v1/admin/projects/p/hooks/1", "admin",
+     r'{"name": "\ud800"}', J, {}, 400, "invalid_request"),
     # ---- bodies over the limits
     ("claim-over-8-mib", "POST", CLAIM, "admin", b" " * (8 * 1024 * 1024 + 1), J, {}, 400, "invalid_request"),
     ("heartbeat-over-64-kib", "POST", HEARTBEAT, "node", b" " * (64 * 1024 + 1), J, {}, 413, "too_large"),
@@ -339,6 +361,7 @@ def test_a_form_post_without_its_csrf_token_changes_nothing(world, case, path, f
 @pytest.mark.parametrize("target", [
     "https://evil.example/", "//evil.example/", "/\\evil.example", "https:evil.example",
     "javascript:alert(1)", "\\\\evil.example", "/%2F%2Fevil.example",
+    "/admin\r\nSet-Cookie: x=1", "/admin\n", "/admin\t/x",
 ])
 def test_an_open_redirect_in_next_stays_on_the_site(world, target):
     """A signed-in admin sent to /login?next=… is redirected at once: never
@@ -350,7 +373,34 @@ def test_an_open_redirect_in_next_stays_on_the_site(world, target):
     # A path on this site ("/%2F%2Fevil.example" is one), never another host.
     assert location.startswith("/") and not location.startswith(("//", "/\\"))
     assert urlsplit(location).netloc == "" and "\\" not in location
+    assert location.isprintable(), "no control character reaches a header"
     _still_answers(world)
+
+
+@pytest.mark.parametrize("sig", ["é" * 64, "\u202e" + "0" * 63, "0" * 64, ""])
+def test_a_forged_download_signature_is_refused_cleanly(world, sig):
+    """Any sig that is not the key's own, ASCII or not, answers 403 in the
+    envelope (a non-ASCII one answered an unauthenticated 500)."""
+    import time
+    response = world.client.get("/api/v1/assets/pdf/some-key.pdf",
+                                query_string={"expires": str(int(time.time()) + 600), "sig": sig})
+    api_error(response, 403, "permission_denied")
+    _still_answers(world)
+
+
+def test_api_answers_say_nosniff(world):
+    """Every machine API answer, the hot path's and the error envelope
+    included, tells browsers not to guess another content type."""
+    job = world.job
+    answers = {
+        "hot-path completion": world.api.complete("p", [job]),
+        "error envelope": world.api.call("GET", "/api/v1/admin/projects/nope"),
+        "signed download refused": world.client.get("/api/v1/assets/x.pdf?expires=1&sig=0"),
+        "openapi": world.client.get("/api/v1/openapi.json"),
+    }
+    for name, response in answers.items():
+        assert response.headers.get("X-Content-Type-Options") == "nosniff", name
+    assert answers["hot-path completion"].json["results"][0]["status"] == "applied"
 
 
 @pytest.mark.parametrize("language", ["en", "zh"])

@@ -28,6 +28,9 @@ DATABASE_RETRY_AFTER_MS = 1000
 # SavewebHQ's own value, so that an answer's headers match it exactly: its
 # clients (and ours) read no-store; older proxies honour no-cache and max-age.
 API_CACHE_CONTROL = "no-store, no-cache, max-age=0"
+# No browser guesses another type for an answer (an archived file, an error
+# envelope) than the one it is sent as.
+NO_SNIFF = ("X-Content-Type-Options", "nosniff")
 
 
 def _database_unreachable(exc: Exception) -> bool:
@@ -94,6 +97,7 @@ def init_app(app) -> None:
     def _no_store(response):
         if _is_api():
             response.headers["Cache-Control"] = API_CACHE_CONTROL
+            response.headers[NO_SNIFF[0]] = NO_SNIFF[1]
             if response.status_code == 204:
                 # Nothing to type: SavewebHQ sends no Content-Type on a 204.
                 response.headers.pop("Content-Type", None)

@@ -46,7 +46,7 @@ from psycopg.rows import namedtuple_row, tuple_row
 
 from app.accounts import service as accounts
 from app.accounts import tokens
-from app.api import API_CACHE_CONTROL, auth, jobs
+from app.api import API_CACHE_CONTROL, NO_SNIFF, auth, jobs
 from app.api import validate as v
 from app.extensions import FLEET_BIND, db, driver_sql
 from app.fleet.service import NODE_SECRET_PREFIX
@@ -138,7 +138,7 @@ class HotPath:
         request_id = ops_logging.request_id(environ.get("HTTP_X_REQUEST_ID", ""))
         start_response("200 OK", [("Content-Type", "application/json"),
                                   ("Content-Length", str(len(answer))),
-                                  ("Cache-Control", API_CACHE_CONTROL),
+                                  ("Cache-Control", API_CACHE_CONTROL), NO_SNIFF,
                                   ("X-Request-ID", request_id)])
         observe_request("POST", _ROUTES[match[2]][2], 200, started)
         if self._access_log:

@@ -40,6 +40,16 @@ def fail(path: str, message: str):
     raise InvalidRequest(f"{path}: {message}", details={"field": path})
 
 
+def _utf8(value: str, path: str) -> bytes:
+    """The text's UTF-8 bytes; a lone surrogate (a ``"\\ud800"`` escape in
+    the JSON) is not text, and PostgreSQL could store none of it."""
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:
+        fail(path, "must be Unicode text (a lone surrogate \\ud800-\\udfff is not)")
+        raise   # fail() raises; this line is for type checkers
+
+
 class Optional:
     """A field that may be absent; ``default`` fills it in when given."""
 
@@ -211,7 +221,7 @@ class String(Rule):
     def check(self, value, path):
         if not isinstance(value, str):
             fail(path, "must be a string")
-        size = len(value.encode("utf-8", "surrogatepass"))
+        size = len(_utf8(value, path))
         if not self.min_bytes <= size <= self.max_bytes:
             fail(path, f"must be {self.min_bytes}..{self.max_bytes} bytes")
         if "\x00" in value:
@@ -255,7 +265,7 @@ class JsonObject(Rule):
         if self.max_bytes is None:
             return value
         encoded = compact_json(value)
-        if len(encoded.encode("utf-8", "surrogatepass")) > self.max_bytes:
+        if len(_utf8(encoded, path)) > self.max_bytes:
             fail(path, f"must encode to at most {self.max_bytes} bytes")
         if "\\u0000" in encoded:
             fail(path, "may not contain NUL")

@@ -93,8 +93,8 @@ def home_url() -> str:
 def _safe_next(target: str | None) -> str | None:
     """A local path to return to after sign-in; anything else is dropped
     (an open redirect would lend our name to phishing)."""
-    if not target or len(target) > 2048 or "\\" in target:
-        return None
+    if not target or len(target) > 2048 or "\\" in target or not target.isprintable():
+        return None   # control characters (CR/LF) cannot go into a Location header
     parts = urlsplit(target)
     if parts.scheme or parts.netloc or not target.startswith("/") or target.startswith("//"):
         return None

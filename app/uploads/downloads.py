@@ -20,7 +20,8 @@ def signed_path(secret_key: str, object_key: str, expires: int) -> str:
 
 
 def verify(secret_key: str, object_key: str, expires: str, sig: str) -> bool:
-    if not expires.isascii() or not expires.isdigit() or int(expires) < time.time():
+    # compare_digest refuses non-ASCII strings (TypeError): such a sig is no sig.
+    if not expires.isascii() or not expires.isdigit() or int(expires) < time.time() or not sig.isascii():
         return False
     return hmac.compare_digest(_mac(secret_key, object_key, int(expires)), sig)
 
