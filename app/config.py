@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ipaddress
 import os
 import re
 import socket
@@ -176,6 +177,13 @@ class Defaults:
     # and every client behind a proxy then shares the proxy's address in the
     # sign-in and enrollment limits.
     TRUSTED_PROXIES = 0
+    # Who may read /metrics (every project id and its counts): clients from
+    # these networks (comma-separated; behind a proxy, with TRUSTED_PROXIES
+    # set, the client's own address) ...
+    METRICS_ALLOW = "127.0.0.0/8,::1"
+    # ... and, from anywhere, a scraper sending "Authorization: Bearer" and
+    # this token (Prometheus: authorization.credentials). Unset: none.
+    METRICS_TOKEN = None
     # The address workers and browsers use (links, enrollment commands); unset, the request's host.
     PUBLIC_URL = None
     # The development sign-in without GitHub (make dev only).
@@ -302,6 +310,7 @@ def load(overrides: dict | None = None) -> dict:
     if cfg["OUTBOX_SENDER"] not in OUTBOX_SENDERS:
         raise ConfigError(f"OUTBOX_SENDER must be one of {', '.join(OUTBOX_SENDERS)}, "
                           f"not {cfg['OUTBOX_SENDER']!r}")
+    metrics_networks(cfg)  # refused at start, not at the first scrape
     size = _bounded_int(cfg, "FLEET_POOL_SIZE", 16, 64)
     for key, low, high in RETENTION_BOUNDS:
         _bounded_int(cfg, key, low, high)
@@ -381,6 +390,16 @@ def _check_kinds(cfg: dict) -> None:
                 raise ConfigError(f"{key} must be true or false, not {value!r}")
         elif not isinstance(value, int) or isinstance(value, bool):
             raise ConfigError(f"{key} must be an integer, not {value!r}")
+
+
+def metrics_networks(cfg: dict) -> tuple:
+    """The networks of ``METRICS_ALLOW``."""
+    try:
+        return tuple(ipaddress.ip_network(part.strip(), strict=False)
+                     for part in str(cfg["METRICS_ALLOW"] or "").split(",") if part.strip())
+    except ValueError as exc:
+        raise ConfigError(f"METRICS_ALLOW must be comma-separated networks (127.0.0.0/8,::1), "
+                          f"not {cfg['METRICS_ALLOW']!r}: {exc}") from None
 
 
 def _bounded_int(cfg: dict, key: str, low: int, high: int) -> int:

@@ -133,6 +133,40 @@ def _metrics(client) -> list:
     return samples(response.get_data(as_text=True))
 
 
+@pytest.mark.parametrize("address, allowed", [
+    ("127.0.0.1", True), ("::1", True), ("::ffff:127.0.0.1", True),
+    ("203.0.113.9", False), ("10.0.0.7", False), ("2001:db8::1", False),
+])
+def test_metrics_answer_the_allowed_networks_only(client, address, allowed):
+    """/metrics names every project and its counts: by default only this
+    host reads it (FLEETHQ_METRICS_ALLOW)."""
+    response = client.get("/metrics", environ_base={"REMOTE_ADDR": address})
+    assert response.status_code == (200 if allowed else 403), address
+    if not allowed:
+        assert "FLEETHQ_METRICS_ALLOW" in response.get_data(as_text=True)
+        assert "fleethq_" not in response.get_data(as_text=True)
+
+
+def test_metrics_answer_a_scraper_with_the_token_from_anywhere(app, client, monkeypatch):
+    monkeypatch.setitem(app.config, "METRICS_TOKEN", "scrape-secret-1")
+    monkeypatch.setitem(app.config, "METRICS_ALLOW", "192.0.2.0/24")
+    outside = {"REMOTE_ADDR": "203.0.113.9"}
+    assert client.get("/metrics", environ_base=outside,
+                      headers={"Authorization": "Bearer scrape-secret-1"}).status_code == 200
+    assert client.get("/metrics", environ_base=outside,
+                      headers={"Authorization": "Bearer scrape-secret-2"}).status_code == 403
+    assert client.get("/metrics", environ_base=outside).status_code == 403
+    assert client.get("/metrics", environ_base={"REMOTE_ADDR": "192.0.2.44"}).status_code == 200
+    # Loopback is a default, not a rule: this allow-list leaves it out.
+    assert client.get("/metrics").status_code == 403
+
+
+def test_a_bad_metrics_allow_list_stops_the_start():
+    from app import config
+    with pytest.raises(config.ConfigError, match="METRICS_ALLOW must be comma-separated networks"):
+        config.load({"METRICS_ALLOW": "127.0.0.1,localhost", "DATABASE_URL": "postgresql://x/y"})
+
+
 def test_metrics_count_claims_completions_failures_expiries(app, client, admin_token):
     from app.extensions import db
     from app.projects import leasing

@@ -8,6 +8,8 @@ workers' files.
 """
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import os
 import time
 
@@ -17,6 +19,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from sqlalchemy import text
 
+from app.config import metrics_networks
 from app.extensions import db
 from app.hooks import deliveries
 from app.ops import retention, retention_stats
@@ -144,6 +147,20 @@ def render_retention_metrics() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _may_read_metrics() -> bool:
+    token = current_app.config.get("METRICS_TOKEN")
+    if token and hmac.compare_digest(request.headers.get("Authorization", "").encode("latin-1", "replace"),
+                                     f"Bearer {token}".encode("latin-1", "replace")):
+        return True
+    try:
+        address = ipaddress.ip_address(request.remote_addr or "")
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in metrics_networks(current_app.config))
+
+
 def observe_request(method: str, endpoint: str, status: int, started: float) -> None:
     """Count a request served since ``started`` (``time.perf_counter()``)."""
     REQUEST_LATENCY.labels(method, endpoint, str(status)).observe(time.perf_counter() - started)
@@ -164,5 +181,9 @@ def init_app(app) -> None:
 
     @app.get("/metrics")
     def metrics():
+        if not _may_read_metrics():
+            return Response("403: /metrics answers the networks of FLEETHQ_METRICS_ALLOW and "
+                            "scrapers sending Authorization: Bearer FLEETHQ_METRICS_TOKEN\n",
+                            status=403, mimetype="text/plain")
         body = (render_queue_metrics() + render_retention_metrics()).encode() + _process_metrics()
         return Response(body, mimetype=CONTENT_TYPE_LATEST)
