@@ -173,12 +173,15 @@ def test_permanent_problem_is_422_and_the_job_goes_back_to_todo(app, client, api
     assert err["code"] == "invalid_upload"
     assert err["retryable"] is False
     assert err["details"]["reason"] in reasons, err
+    # The parser's message, without the master's file or spool paths.
+    assert str(dirs.spool) not in err["message"] and ".part" not in err["message"], err
 
     # The attempt failed retryably: the job is back in the queue for another try.
     after = job_row(app, job["job_id"])
     assert after["state"] == "todo", after
     assert after["resets"] == 1
     assert after["last_error"]["reason"] in reasons
+    assert str(dirs.spool) not in json.dumps(after["last_error"])
     attempt = attempt_row(app, job["attempt_id"])
     assert attempt["state"] == "failed"
     assert attempt["error"]["retryable"] is True
@@ -248,6 +251,8 @@ def test_body_shorter_than_declared_is_not_staged_and_can_be_retried(app, client
     assert all(u["state"] == "uploading" for u in upload_rows(app, job["attempt_id"]))
     assert job_row(app, job["job_id"])["state"] == "wip"
     assert spool_names(dirs) == []  # the partial file is removed before the answer
+    assert reserved(app) == 0, "an upload that ended early gives its spool reservation back at once"
+    assert str(dirs.spool) not in json.dumps(answer)
 
     retry = node.upload(job["attempt_id"], data)
     assert retry.status_code == 202, body(retry)
@@ -575,6 +580,7 @@ def test_stalled_upload_is_cut_at_the_upload_budget(app, client, api, dirs, file
     assert spool_names(dirs) == []
     assert upload_rows(app, job["attempt_id"])[0]["state"] == "uploading"
     assert job_row(app, job["job_id"])["state"] == "wip"
+    assert reserved(app) == 0
 
 
 def test_retry_arriving_during_the_first_admission_gets_a_new_generation(

@@ -113,6 +113,12 @@ def _released_meanwhile() -> StaleUpload:
                        "attempt superseded it, or an admin released it")
 
 
+def _without_paths(exc: Exception, part: str, spool) -> str:
+    """An error's text for the uploader: the master's file and spool paths
+    are none of its business."""
+    return str(exc).replace(part, "the file").replace(spool.directory, "the spool")
+
+
 def _discard(attempt_id: int, generation: int, location: str, spool) -> None:
     """Remove an admitted upload's file, unless its worker's revocation put
     the upload on hold: then the file is kept for an admin (DESIGN §8.7),
@@ -167,8 +173,15 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
             os.close(fd)
     except (TimeoutError, ConnectionError, OSError) as exc:
         _discard(attempt_id, generation, part, spool)
-        # The attempt stays uploading: a retry gets a new generation.
-        err = InvalidRequest(f"upload interrupted: {exc}")
+        # The attempt stays uploading: a retry gets a new generation, and
+        # reserves the spool again.
+        try:
+            transitions.interrupted(attempt_id, generation)
+        except Exception:  # noqa: BLE001 - the sweeper frees it when the budget ends
+            db.session.rollback()
+            log.exception("could not free the reservation of interrupted upload %s", attempt_id)
+        # An OSError's text may name the spool file: its reason only.
+        err = InvalidRequest(f"upload interrupted: {getattr(exc, 'strerror', None) or exc}")
         err.retryable = True
         raise err from None
     except BaseException:
@@ -187,15 +200,16 @@ def receive(attempt_id: int, worker, meta: UploadHeaders, stream, sock, spool, *
         raise _released_meanwhile() from None
     except pdfcheck.PdfCheckError as exc:
         _discard(attempt_id, generation, part, spool)
-        raise VerificationUnavailable(f"could not verify the upload: {exc}",
+        raise VerificationUnavailable(f"could not verify the upload: {_without_paths(exc, part, spool)}",
                                       retry_after_ms=5000) from None
     except pdfcheck.PdfRejected as exc:
         if not os.path.exists(part):  # the parser found no file: not the file's fault
             raise _released_meanwhile() from None
+        message = _without_paths(exc, part, spool)
         transitions.reject(attempt_id, generation,
-                           {"code": "invalid_pdf", "message": str(exc), "reason": exc.reason})
+                           {"code": "invalid_pdf", "message": message, "reason": exc.reason})
         _discard(attempt_id, generation, part, spool)
-        raise InvalidUpload(str(exc), details={"reason": exc.reason}) from None
+        raise InvalidUpload(message, details={"reason": exc.reason}) from None
     verified = time.monotonic()
     try:
         final = spool.publish(part, attempt_id, generation, digest, meta.size)

@@ -102,10 +102,18 @@ def admit(attempt_id: int, worker: Worker, sha256: str, size: int, spool) -> Adm
         return Admission("receipt", attempt_id, row["job_id"], upload[3], state=upload[0])
 
     if upload is not None and same and upload[0] == "uploading" and row["state"] == "uploading":
+        if not upload[5]:
+            # The last transfer ended early and gave its reservation back
+            # (``interrupted``): this one takes it again (SpoolFull: no change).
+            try:
+                spool_mod.reserve(spool, size)
+            except Exception:
+                db.session.rollback()
+                raise
         generation = db.session.execute(text(
-            "UPDATE uploads SET generation = generation + 1, updated_at = now() "
+            "UPDATE uploads SET generation = generation + 1, reserved_bytes = :size, updated_at = now() "
             "WHERE attempt_id = :a AND state = 'uploading' RETURNING generation"),
-            {"a": attempt_id}).scalar()
+            {"a": attempt_id, "size": size}).scalar()
         db.session.commit()
         return Admission("stream", attempt_id, row["job_id"], generation, max(0.0, float(upload[4])))
 
@@ -354,6 +362,24 @@ def hold_uploads(attempt_ids: list[int]) -> int:
     for attempt_id in held:
         _notify_receipt(attempt_id)
     return len(held)
+
+
+def interrupted(attempt_id: int, generation: int) -> None:
+    """A transfer that ended early (the client went away, the budget ran
+    out) gives its spool reservation back at once; the attempt stays
+    uploading and a retry reserves again (``admit``). Commits."""
+    freed = db.session.execute(text("""
+        WITH was AS (
+            SELECT attempt_id, reserved_bytes FROM uploads
+            WHERE attempt_id = :a AND generation = :g AND state = 'uploading' AND reserved_bytes > 0
+            FOR UPDATE
+        )
+        UPDATE uploads u SET reserved_bytes = 0, updated_at = now()
+        FROM was WHERE u.attempt_id = was.attempt_id
+        RETURNING was.reserved_bytes"""), {"a": attempt_id, "g": generation}).scalar()
+    if freed:
+        spool_mod.release(freed)
+    db.session.commit()
 
 
 def expire_abandoned(limit: int = 500) -> int:

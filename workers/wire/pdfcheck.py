@@ -328,6 +328,10 @@ def _child_main(cpu_seconds: int, memory_bytes: int, path: str) -> int:
     import pikepdf   # an ImportError here exits 1: a crash, not a rejection
 
     def answer(code: int, **fields) -> int:
+        # qpdf names the file in its messages: a message goes back to the
+        # uploader, who has no business knowing where the master keeps it.
+        if "error" in fields:
+            fields["error"] = fields["error"].replace(path, "the file")
         print(json.dumps(fields), flush=True)
         return code
 
