@@ -77,8 +77,9 @@ def pages(url: str, token_file: Path) -> list[tuple[str, str]]:
         if worker["kind"] == "node" and not any(n == "node" for n, _ in tour):
             tour.append(("node", f"/admin/workers/node/{quote(worker['worker_id'])}"))
         if worker["kind"] == "token" and not any(n == "token-worker" for n, _ in tour):
-            tour.append(("token-worker", f"/admin/workers/token/{quote(worker['user_id'])}/"
-                                         f"{quote(worker['worker_id'])}"))
+            page = f"/admin/workers/token/{quote(worker['user_id'])}/{quote(worker['worker_id'])}"
+            tour.append(("token-worker", page))
+            tour.append(("token-worker-revoke", page + "?action=revoke"))
     for project in projects:
         if project["kind"] == "documents":
             found = get(f"/fleethq/projects/{quote(project['id'])}/documents", limit=1)["documents"]

@@ -506,10 +506,34 @@ def test_token_worker_drain_and_revoke(pages, client, make_user):
     assert "chromium crashed" in page and "/admin/workers/token/alice/laptop" in page
     message, _ = pages.act("/admin/workers/token/alice/laptop/drain", {"confirm": "yes"})
     assert message == "Token worker alice/laptop is now draining."
-    message, _ = pages.act("/admin/workers/token/alice/laptop/revoke", {"confirm": "yes", "reason": "lost laptop"})
-    assert "revoked" in message
+    message, _ = pages.act("/admin/workers/token/alice/laptop/revoke", {"confirm": "yes", "reason": "lost laptop",
+                                                                       "token": "end"})
+    assert message == ("Token worker alice/laptop is now revoked. Running attempts cancelled: 0. The machine "
+                       "token of alice is ended too: every worker using it is refused until an admin issues "
+                       "a new one (Users).")
+    again = client.post("/api/v1/fleet/heartbeat", headers={"Authorization": f"Bearer {token}",
+                                                            "X-Client-Version": VERSION},
+                        json={"worker_id": "laptop-2", "capacity": 1, "browser_ok": False,
+                              "disk_free_bytes": 1, "spool_bytes": 0, "running_attempt_ids": []})
+    assert again.status_code == 401, again.json
     message, _ = pages.act("/admin/workers/token/alice/laptop/enable", {"confirm": "yes"}, expect="error")
     assert "cannot enable a revoked token worker" in message
+
+
+def test_a_token_worker_revoke_may_keep_the_token_and_says_so(pages, client, make_user):
+    token = make_user("bob", ["worker"])
+    beat = {"worker_id": "desk", "capacity": 1, "browser_ok": False, "disk_free_bytes": 1, "spool_bytes": 0,
+            "running_attempt_ids": []}
+    headers = {"Authorization": f"Bearer {token}", "X-Client-Version": VERSION}
+    assert client.post("/api/v1/fleet/heartbeat", headers=headers, json=beat).status_code == 200
+    form = pages.text("/admin/workers/token/bob/desk?action=revoke")
+    assert 'name="token" value="end" checked' in form and 'name="token" value="keep"' in form
+    message, _ = pages.act("/admin/workers/token/bob/desk/revoke", {"confirm": "yes", "reason": "moved desks",
+                                                                   "token": "keep"})
+    assert message.endswith("The machine token of bob still works: a worker using it may claim again "
+                            "under a new worker id.")
+    assert client.post("/api/v1/fleet/heartbeat", headers=headers,
+                       json={**beat, "worker_id": "desk-2"}).status_code == 200
 
 
 def test_enrollment_credential_is_shown_once_and_works(pages, client):

@@ -712,6 +712,26 @@ def test_token_workers_heartbeat_with_their_worker_id(app, client, api, make_use
 
 # ------------------------------------------------------------ token workers
 
+def test_revoking_a_token_worker_ends_its_token_so_no_new_worker_id_takes_the_jobs_back(
+        app, client, api, make_user):
+    """SDKs pick a fresh worker id at every start: a revoke that left the
+    token working would let the same program claim at once under a new id
+    and take back the very jobs the revoke cancelled."""
+    generic_project(api, "gen", 4)
+    dave = Api(client, make_user("dave", ["worker"]))
+    held = claimed(dave.claim("gen", worker_id="dave-1", max_jobs=2), 2)
+    revoked = cli_json(cli(app, "fleet", "worker", "revoke", "dave-1", "--user", "dave"))
+    assert (revoked["status"], revoked["token_ended"], revoked["cancelled_attempts"]) == ("revoked", True, 2)
+    again = dave.claim("gen", worker_id="dave-2", max_jobs=4)
+    assert again.status_code == 401 and error_code(again) == "invalid_machine_token", body(again)
+    assert {job_row(app, j["job_id"])[0] for j in held} == {"todo"}
+    assert sql(app, "SELECT count(*) FROM machine_tokens WHERE user_id = 'dave'") == [(0,)]
+    # Ended in the audit log too, beside the revoke.
+    actions = [r[0] for r in sql(app, "SELECT action FROM audit_log WHERE object_id IN ('dave', 'dave/dave-1') "
+                                      "ORDER BY id")]
+    assert actions[-2:] == ["token.revoke", "token_worker.revoke"], actions
+
+
 def test_token_workers_can_be_drained_enabled_and_revoked(app, client, api, make_user):
     generic_project(api, "gen", 8)
     carol = Api(client, make_user("carol", ["worker"]))
@@ -731,7 +751,8 @@ def test_token_workers_can_be_drained_enabled_and_revoked(app, client, api, make
     more = claimed(carol.claim("gen", worker_id=wa, max_jobs=1), 1)
     held += more
 
-    assert cli_json(cli(app, "fleet", "worker", "revoke", wa, "--user", "carol"))["status"] == "revoked"
+    revoked = cli_json(cli(app, "fleet", "worker", "revoke", wa, "--user", "carol", "--keep-token"))
+    assert (revoked["status"], revoked["token_ended"], revoked["cancelled_attempts"]) == ("revoked", False, 3)
     for job in held:
         assert attempt_row(app, job["attempt_id"])[0] == "cancelled"
         assert job_row(app, job["job_id"])[0] == "todo"

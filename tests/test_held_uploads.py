@@ -177,7 +177,7 @@ def test_token_worker_revocation_holds_its_upload(app, client, api, dirs, files,
     headers = worker.headers
     data = files["good"]
     with streaming_upload(app, live_server.port, None, job, data, headers=headers) as sock:
-        revoked = cli(app, "fleet", "worker", "revoke", "laptop", "--user", "held-user")
+        revoked = cli(app, "fleet", "worker", "revoke", "laptop", "--user", "held-user", "--keep-token")
         assert revoked.exit_code == 0, revoked.output
         sock.sendall(data[4096:])
         status, _, _ = read_response(sock)

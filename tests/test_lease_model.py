@@ -195,7 +195,7 @@ def _lease_machine(app, client, admin_token):
             from app.fleet import service as fleet
             from app.projects import leasing
             with app.app_context():
-                fleet.decide_token_worker("admin", worker, "revoke")
+                fleet.decide_token_worker("admin", worker, "revoke", end_token=False)
                 leasing.cancel_worker_attempts(worker, "admin")
                 db.session.commit()
                 db.session.remove()

@@ -255,11 +255,19 @@ def revoke_token(user_id: str) -> bool:
         NotFound: no such user.
     """
     get_user(user_id)
+    deleted = end_token(user_id)
+    db.session.commit()
+    return deleted
+
+
+def end_token(user_id: str) -> bool:
+    """Delete the user's machine token in the open transaction (the caller
+    commits): every worker using it is refused from the next request on.
+    Returns whether there was one."""
     deleted = db.session.execute(text("DELETE FROM machine_tokens WHERE user_id = :u"),
                                  {"u": user_id}).rowcount
     if deleted:
         audit.record("token.revoke", "user", user_id)
-    db.session.commit()
     return deleted > 0
 
 

@@ -26,13 +26,17 @@ def enroll(valid_minutes, created_by):
 @click.option("--user", "user_id", default=None,
               help="For a token worker: the user whose machine token it uses.")
 @click.option("--reason", default=None, help="Why (kept in the audit log).")
-def worker_action(action, worker_id, user_id, reason):
+@click.option("--keep-token", is_flag=True,
+              help="Revoking a token worker: keep the user's machine token (by default it ends too, or "
+                   "the same token could claim again under a new worker id).")
+def worker_action(action, worker_id, user_id, reason, keep_token):
     """Approve, reject, drain, enable or revoke a node (or a token worker with --user)."""
     from app.fleet import service as fleet_service
     try:
         if user_id:
-            worker = fleet_service.decide_token_worker(user_id, worker_id, action, reason=reason)
-            emit({"worker_id": worker.worker_id, "user_id": worker.user_id, "status": worker.status})
+            worker, done = fleet_service.decide_token_worker(user_id, worker_id, action, reason=reason,
+                                                             end_token=not keep_token)
+            emit({"worker_id": worker.worker_id, "user_id": worker.user_id, "status": worker.status, **done})
         else:
             node = fleet_service.decide(worker_id, action, actor="cli", reason=reason)
             emit({"worker_id": node.id, "name": node.name, "status": node.status})

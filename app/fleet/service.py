@@ -112,9 +112,10 @@ def get_node(node_id: str) -> FleetNode:
 
 
 def _transition(label: str, action: str, rules: dict, update_sql: str, params: dict, load,
-                worker: tuple[str, str | None], reason: str | None):
+                worker: tuple[str, str | None], reason: str | None, also=None):
     """One guarded status UPDATE; the row count decides. A revoke also cancels
-    the worker's running attempts in the same transaction. Commits.
+    the worker's running attempts in the same transaction, and runs ``also``
+    there (its answer joins the details). Commits; returns (the row, details).
 
     Raises:
         InvalidRequest (unknown action), NotFound, Conflict ``invalid_transition``.
@@ -134,12 +135,13 @@ def _transition(label: str, action: str, rules: dict, update_sql: str, params: d
         from app.projects import leasing
         from app.uploads import transitions
         cancelled = leasing.cancel_worker_attempts(*worker)
-        details = {"cancelled_attempts": len(cancelled), "held_uploads": transitions.hold_uploads(cancelled)}
+        details = {"cancelled_attempts": len(cancelled), "held_uploads": transitions.hold_uploads(cancelled),
+                   **(also() if also is not None else {})}
     kind = "node" if worker[1] is None else "token_worker"
     audit.record(f"{kind}.{action}", kind, worker[0] if worker[1] is None else f"{worker[1]}/{worker[0]}",
                  details, reason=reason)
     db.session.commit()
-    return load()
+    return load(), details
 
 
 def decide(node_id: str, action: str, *, actor: str, reason: str | None = None) -> FleetNode:
@@ -149,7 +151,7 @@ def decide(node_id: str, action: str, *, actor: str, reason: str | None = None) 
         "node", action, TRANSITIONS,
         "UPDATE fleet_nodes SET status = :to, updated_at = now(), decided_at = now(), "
         "decided_by = :actor WHERE id = :id AND status = ANY(:allowed) RETURNING id",
-        {"actor": actor, "id": node_id}, lambda: get_node(node_id), (node_id, None), reason)
+        {"actor": actor, "id": node_id}, lambda: get_node(node_id), (node_id, None), reason)[0]
 
 
 def get_token_worker(user_id: str, worker_id: str) -> TokenWorker:
@@ -159,15 +161,25 @@ def get_token_worker(user_id: str, worker_id: str) -> TokenWorker:
     return worker
 
 
-def decide_token_worker(user_id: str, worker_id: str, action: str,
-                        reason: str | None = None) -> TokenWorker:
-    """Drain, enable or revoke a token worker (a user's machine token + worker id)."""
+def decide_token_worker(user_id: str, worker_id: str, action: str, reason: str | None = None, *,
+                        end_token: bool = True) -> tuple[TokenWorker, dict]:
+    """Drain, enable or revoke a token worker (a user's machine token + worker
+    id). Returns the worker and what the action did (a revoke: the attempts it
+    cancelled, the uploads it held, ``token_ended``).
+
+    ``end_token``: a revoke also ends the user's machine token, in the same
+    transaction. Without it, the same token may claim again at once under a
+    new worker id (SDKs pick a fresh one at every start) and take back the
+    jobs the revoke just cancelled.
+    """
+    from app.accounts import service as accounts   # it imports this module
     return _transition(
         "token worker", action, TOKEN_WORKER_TRANSITIONS,
         "UPDATE token_workers SET status = :to, updated_at = now() "
         "WHERE user_id = :u AND worker_id = :w AND status = ANY(:allowed) RETURNING worker_id",
         {"u": user_id, "w": worker_id}, lambda: get_token_worker(user_id, worker_id),
-        (worker_id, user_id), reason)
+        (worker_id, user_id), reason,
+        also=lambda: {"token_ended": end_token and accounts.end_token(user_id)})
 
 
 # Recording a token worker on every claim would add a write to the hot path;

@@ -121,10 +121,29 @@ def decide_token_worker(user_id, worker_id, action):
     if action in REASON_ACTIONS and reason is None:
         return refuse(_("Say why: a %(action)s needs a reason.", action=action), "admin.token_worker", action=action,
                       user_id=user_id, worker_id=worker_id)
-    return attempt(lambda: fleet.decide_token_worker(user_id, worker_id, action, reason=reason),
-                   lambda w: _("Token worker %(user_id)s/%(worker_id)s is now %(status)s.",
-                               user_id=w.user_id, worker_id=w.worker_id, status=w.status),
+    # A revoke ends the user's machine token too unless the admin chose to keep it.
+    end_token = request.form.get("token") != "keep"
+    return attempt(lambda: fleet.decide_token_worker(user_id, worker_id, action, reason=reason,
+                                                     end_token=end_token),
+                   lambda decided: _token_worker_message(*decided, token_asked=end_token),
                    "admin.workers")
+
+
+def _token_worker_message(worker, done: dict, token_asked: bool) -> str:
+    """What a token worker action did, in full: a revoke's cancelled attempts
+    and what became of the user's machine token."""
+    message = _("Token worker %(user_id)s/%(worker_id)s is now %(status)s.",
+                user_id=worker.user_id, worker_id=worker.worker_id, status=worker.status)
+    if worker.status != "revoked":
+        return message
+    message += " " + _("Running attempts cancelled: %(n)s.", n=done.get("cancelled_attempts", 0))
+    if done.get("token_ended"):
+        return message + " " + _("The machine token of %(user)s is ended too: every worker using it is "
+                                 "refused until an admin issues a new one (Users).", user=worker.user_id)
+    if token_asked:
+        return message + " " + _("%(user)s had no machine token left.", user=worker.user_id)
+    return message + " " + _("The machine token of %(user)s still works: a worker using it may claim "
+                             "again under a new worker id.", user=worker.user_id)
 
 
 def _tier_message(row: dict) -> str:
