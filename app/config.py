@@ -184,6 +184,11 @@ class Defaults:
     # ... and, from anywhere, a scraper sending "Authorization: Bearer" and
     # this token (Prometheus: authorization.credentials). Unset: none.
     METRICS_TOKEN = None
+    # Non-public networks the master may still send hook deliveries to
+    # (comma-separated, e.g. a consumer on the LAN: 10.1.2.0/24). Everything
+    # else loopback, private, link-local (cloud metadata) or otherwise not
+    # public is refused (app/hooks/outbound.py).
+    OUTBOUND_ALLOW = ""
     # The address workers and browsers use (links, enrollment commands); unset, the request's host.
     PUBLIC_URL = None
     # The development sign-in without GitHub (make dev only).
@@ -310,7 +315,8 @@ def load(overrides: dict | None = None) -> dict:
     if cfg["OUTBOX_SENDER"] not in OUTBOX_SENDERS:
         raise ConfigError(f"OUTBOX_SENDER must be one of {', '.join(OUTBOX_SENDERS)}, "
                           f"not {cfg['OUTBOX_SENDER']!r}")
-    metrics_networks(cfg)  # refused at start, not at the first scrape
+    metrics_networks(cfg)  # refused at start, not at the first scrape or delivery
+    outbound_networks(cfg)
     size = _bounded_int(cfg, "FLEET_POOL_SIZE", 16, 64)
     for key, low, high in RETENTION_BOUNDS:
         _bounded_int(cfg, key, low, high)
@@ -394,12 +400,21 @@ def _check_kinds(cfg: dict) -> None:
 
 def metrics_networks(cfg: dict) -> tuple:
     """The networks of ``METRICS_ALLOW``."""
+    return _networks(cfg, "METRICS_ALLOW")
+
+
+def outbound_networks(cfg: dict) -> tuple:
+    """The networks of ``OUTBOUND_ALLOW``."""
+    return _networks(cfg, "OUTBOUND_ALLOW")
+
+
+def _networks(cfg: dict, key: str) -> tuple:
     try:
         return tuple(ipaddress.ip_network(part.strip(), strict=False)
-                     for part in str(cfg["METRICS_ALLOW"] or "").split(",") if part.strip())
+                     for part in str(cfg.get(key) or "").split(",") if part.strip())
     except ValueError as exc:
-        raise ConfigError(f"METRICS_ALLOW must be comma-separated networks (127.0.0.0/8,::1), "
-                          f"not {cfg['METRICS_ALLOW']!r}: {exc}") from None
+        raise ConfigError(f"{key} must be comma-separated networks (like 127.0.0.0/8,::1), "
+                          f"not {cfg[key]!r}: {exc}") from None
 
 
 def _bounded_int(cfg: dict, key: str, low: int, high: int) -> int:

@@ -242,6 +242,8 @@ class Chaos:
             "DATABASE_URL": self.db_url, "REDIS_URL": self.redis_url, "FLEETHQ_DATA_DIR": data,
             "FLEETHQ_SECRET_KEY": "chaos-secret", "FLEETHQ_LOG_JSON": "false", "PYTHONUNBUFFERED": "1",
             "FLEETHQ_PUBLIC_URL": self.base, "FLEETHQ_BIND": f"127.0.0.1:{self.port}",
+            # The run's hook consumer listens on loopback.
+            "FLEETHQ_OUTBOUND_ALLOW": "127.0.0.0/8",
             "FLEETHQ_WEB_WORKERS": "3", "FLEETHQ_WEB_THREADS": "8",
             "FLEETHQ_SPOOL_BACKEND": "s3", "FLEETHQ_SPOOL_MAX_BYTES": str(self.spool_quota),
             "S3_ENDPOINT_URL": self.store.url, "S3_BUCKET": "fleethq", "S3_REGION": "us-east-1",

@@ -65,11 +65,13 @@ def deliver_hook(delivery_id: int):
     """POST one webhook delivery; retries are scheduled through the outbox."""
     from flask import current_app
 
+    from app.config import outbound_networks
     from app.hooks import deliveries
     from app.uploads import downloads
     store, config = _store(), current_app.config
     deliveries.deliver(int(delivery_id), lambda key: downloads.url_for(store, config, key),
-                       secret_key=config["SECRET_KEY"], public_url=config.get("PUBLIC_URL"))
+                       secret_key=config["SECRET_KEY"], public_url=config.get("PUBLIC_URL"),
+                       allow=outbound_networks(config))
 
 
 @dramatiq.actor(queue_name="maintenance", max_retries=0, time_limit=120_000)

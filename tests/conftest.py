@@ -57,8 +57,10 @@ def app(database_url):
     from app import create_app
     # A configured secret key, as in production: machine tokens are sealed
     # under it and stay viewable.
+    # OUTBOUND_ALLOW: the tests' hook consumers listen on loopback.
     application = create_app({"DATABASE_URL": database_url, "TESTING": True, "LOG_JSON": False,
-                              "SECRET_KEY": "test-secret-key", "OUTBOX_SENDER": "recording"},
+                              "SECRET_KEY": "test-secret-key", "OUTBOX_SENDER": "recording",
+                              "OUTBOUND_ALLOW": "127.0.0.0/8,::1"},
                              check_schema=False)
     with application.app_context():
         upgrade()

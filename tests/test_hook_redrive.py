@@ -83,6 +83,7 @@ def tasks_env(database_url, redis_url, live_server, local_store):
            if k not in ("FLEETHQ_STUB_BROKER", "PROMETHEUS_MULTIPROC_DIR")}
     env.update({"DATABASE_URL": database_url, "REDIS_URL": redis_url, "FLEETHQ_LOG_JSON": "false",
                 "FLEETHQ_PUBLIC_URL": live_server.url, "FLEETHQ_RECONCILE_EVERY_S": "1",
+                "FLEETHQ_OUTBOUND_ALLOW": "127.0.0.0/8",  # the test's consumer listens on loopback
                 "PYTHONPATH": ROOT})
     queues = redis.Redis.from_url(redis_url)
     stale = queues.keys("dramatiq:*")

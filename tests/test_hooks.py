@@ -116,6 +116,7 @@ def one_delivery(app, pipeline: Pipeline, consumer: Consumer, value: str, seed: 
 
 
 def deliver(app, delivery_id: int):
+    from app.config import outbound_networks
     """One delivery attempt, as the deliver_hook actor makes it."""
     from app.extensions import db
     from app.hooks import deliveries
@@ -125,7 +126,8 @@ def deliver(app, delivery_id: int):
         try:
             return deliveries.deliver(
                 delivery_id, lambda key: downloads.url_for(store, app.config, key),
-                secret_key=app.config["SECRET_KEY"], public_url=app.config.get("PUBLIC_URL"))
+                secret_key=app.config["SECRET_KEY"], public_url=app.config.get("PUBLIC_URL"),
+                allow=outbound_networks(app.config))
         finally:
             db.session.remove()
 
@@ -244,7 +246,8 @@ def test_failing_consumer_retries_with_backoff_then_fails_then_admin_retry(
     assert deliver(app, delivery_id) == "pending"
     row = delivery(app, delivery_id)
     assert (row["state"], row["tries"], row["last_status"]) == ("pending", 1, 500)
-    assert "500" in row["last_error"] and "consumer is broken today" in row["last_error"]
+    # The status, never the consumer's answer body (the master is nobody's reading proxy).
+    assert row["last_error"] == "HTTP 500"
     [first] = outbox_rows(app, delivery_id)
     assert first["tries"] == 1 and first["delay_s"] >= 5 and first["done_at"] is None
     assert "500" in first["last_error"]
@@ -491,13 +494,13 @@ def test_disabled_consumers_are_skipped_and_each_enabled_one_gets_a_delivery(
 
 def die_after_posting(monkeypatch, deliveries):
     """The delivery's POST reaches the consumer, then the process "dies"
-    before the outcome is recorded. Returns the real ``requests.post``."""
-    real_post = requests.post
+    before the outcome is recorded. Returns the real ``outbound.post``."""
+    real_post = deliveries.outbound.post
 
     def post_then_die(*args, **kwargs):
         real_post(*args, **kwargs)
         raise ProcessDied("killed before the outcome was recorded")
-    monkeypatch.setattr(deliveries.requests, "post", post_then_die)
+    monkeypatch.setattr(deliveries.outbound, "post", post_then_die)
     return real_post
 
 
@@ -546,7 +549,7 @@ def test_duplicate_delivery_after_a_restart_keeps_the_delivery_id(
     assert outbox["done_at"] is None and not outbox["later"]
 
     # After the restart the reconciler re-sends the outbox row.
-    monkeypatch.setattr(deliveries.requests, "post", real_post)
+    monkeypatch.setattr(deliveries.outbound, "post", real_post)
     restarted = make_broker()
     actors.reconcile.send()
     run_worker(restarted)
@@ -671,7 +674,7 @@ def test_coalescing_consumer_confirms_with_the_token_it_kept(app, client, pipeli
     real_post = die_after_posting(monkeypatch, deliveries)
     with pytest.raises(ProcessDied):
         deliver(app, delivery_id)
-    monkeypatch.setattr(deliveries.requests, "post", real_post)
+    monkeypatch.setattr(deliveries.outbound, "post", real_post)
     assert deliver(app, delivery_id) == "awaiting_callback"  # the re-sent duplicate
     first, duplicate = (r["json"] for r in consumer.requests)
     assert first["delivery_id"] == duplicate["delivery_id"]
@@ -868,3 +871,78 @@ def test_add_hook_command_takes_the_completion_timeout(app, pipeline):
     assert made.exit_code == 0, made.output
     assert json.loads(made.stdout)["completion_timeout_seconds"] == 600
     assert json.loads(add().stdout)["completion_timeout_seconds"] == 3600
+
+
+# ------------------------------------------------------ the outbound policy
+
+REFUSED_HOOK_URLS = {
+    "cloud metadata": "http://169.254.169.254/latest/meta-data/",
+    "private": "http://10.0.0.1/hook",
+    "IPv4-mapped loopback": "http://[::ffff:127.0.0.1]/hook",
+    "a number for a host": "http://2130706433/hook",
+    "hex parts": "http://0x7f.1/hook",
+    "localhost and a database port": "http://localhost:5432/",
+    "loopback": "http://127.0.0.1:8400/api/v1/admin/projects",
+    "link-local IPv6": "http://[fe80::1]/hook",
+    "CGNAT": "http://100.64.0.1/hook",
+    "NAT64 of a private address": "http://[64:ff9b::a00:1]/hook",
+    "6to4 of a private address": "http://[2002:a00:1::]/hook",
+    "CR/LF": "https://hooks.example.org/in\r\nX-Injected: 1",
+    "a space": "https://hooks.example.org/in put",
+    "user info": "https://user:secret@hooks.example.org/in",
+    "a backslash": "https://hooks.example.org\\@127.0.0.1/in",
+    "not http": "ftp://hooks.example.org/in",
+}
+
+
+def test_hook_urls_into_refused_space_or_ambiguous_are_refused(app, pipeline, monkeypatch):
+    """Without an allow-list, a consumer URL naming a non-public address, or
+    one that URL parsers could read two ways, is refused at once, with the
+    reason: the master would otherwise POST every archived asset there."""
+    monkeypatch.setitem(app.config, "OUTBOUND_ALLOW", "")
+    path = f"/api/v1/admin/projects/{pipeline.project}/hooks"
+    failures = []
+    for name, url in REFUSED_HOOK_URLS.items():
+        response = pipeline.api.call("POST", path, {"name": "x", "url": url})
+        if response.status_code != 400 or body(response)["error"]["details"].get("field") != "url":
+            failures.append(f"{name}: {response.status_code} {body(response)}")
+    assert not failures, "\n".join(failures)
+    assert body(pipeline.api.call("GET", path))["consumers"] == []
+    ok = pipeline.api.call("POST", path, {"name": "x", "url": "https://hooks.example.org/in"})
+    assert ok.status_code == 201, body(ok)
+    edited = pipeline.api.call("PATCH", f"{path}/{body(ok)['consumer_id']}", {"url": "http://10.9.8.7/"})
+    assert edited.status_code == 400 and "not a public address" in body(edited)["error"]["message"]
+
+
+def test_a_delivery_to_a_name_resolving_into_refused_space_sends_nothing(app, pipeline, consumers,
+                                                                         monkeypatch):
+    """The check that counts is at delivery: the name is resolved, the
+    answer checked, and the connection made to the checked address. A
+    consumer that now resolves to loopback (rebinding, or the allow-list
+    shrank) gets nothing; the delivery records why and tries again later."""
+    consumer = consumers(status=200)
+    add_consumer(pipeline, consumer.url.replace("127.0.0.1", "localhost"))
+    archive(app, pipeline, "10.1234/refused", seed=4)
+    [delivery_id] = delivery_ids(app)
+    monkeypatch.setitem(app.config, "OUTBOUND_ALLOW", "")
+    assert deliver(app, delivery_id) == "pending"
+    row = delivery(app, delivery_id)
+    assert row["last_status"] is None and row["last_error"].startswith("refused: refusing 'localhost'")
+    assert consumer.requests == []
+    # Allowed again (a consumer on this host, named in OUTBOUND_ALLOW): delivered.
+    monkeypatch.setitem(app.config, "OUTBOUND_ALLOW", "127.0.0.0/8,::1")
+    assert deliver(app, delivery_id) == "delivered"
+    assert len(consumer.requests) == 1
+
+
+def test_a_consumer_redirect_is_not_followed(app, pipeline, consumers):
+    """A 3xx is a failed try (status only): following it could lead the
+    master anywhere the consumer points."""
+    consumer = consumers(status=307)
+    add_consumer(pipeline, consumer.url)
+    archive(app, pipeline, "10.1234/redirect", seed=5)
+    [delivery_id] = delivery_ids(app)
+    assert deliver(app, delivery_id) == "pending"
+    row = delivery(app, delivery_id)
+    assert (row["last_status"], row["last_error"]) == (307, "HTTP 307")
+    assert len(consumer.requests) == 1

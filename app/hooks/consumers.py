@@ -11,12 +11,14 @@ import json
 import secrets
 from urllib.parse import urlsplit, urlunsplit
 
+from flask import current_app
 from sqlalchemy import text
 
 from app import audit
 from app.errors import InvalidRequest, NotFound
 from app.extensions import db
-from app.hooks import derived
+from app.config import outbound_networks
+from app.hooks import derived, outbound
 from app.hooks.models import COMPLETION_TIMEOUT_BOUNDS_S, COMPLETION_TIMEOUT_DEFAULT_S
 
 
@@ -24,13 +26,9 @@ def _check_url(url) -> str:
     if not isinstance(url, str) or len(url) > 2048:
         raise InvalidRequest("url must be a string of at most 2048 characters", details={"field": "url"})
     try:
-        parts = urlsplit(url)
-        host = parts.hostname
-    except ValueError:  # e.g. an unclosed "[" of an IPv6 literal
-        host = None
-    if not host or parts.scheme not in ("http", "https"):
-        raise InvalidRequest("url must be an http(s) URL", details={"field": "url"})
-    return url
+        return outbound.check_url(url, outbound_networks(current_app.config))
+    except ValueError as exc:
+        raise InvalidRequest(str(exc), details={"field": "url"}) from None
 
 
 def _shown_url(url: str | None) -> str | None:

@@ -24,14 +24,14 @@ import json
 import logging
 import time
 
-import requests
+
 from sqlalchemy import text
 
 from app import outbox
 from app.accounts import tokens
 from app.errors import InvalidToken, NotFound
 from app.extensions import db
-from app.hooks import derived
+from app.hooks import derived, outbound
 from app.hooks.models import DELIVERY_STATES
 
 log = logging.getLogger(__name__)
@@ -129,13 +129,15 @@ def _close(delivery_id: int, state: str, error: str) -> None:
 
 
 def deliver(delivery_id: int, download_url_for, *, secret_key: str, public_url: str | None = None,
-            timeout_s: float = 10.0) -> str | None:
+            timeout_s: float = 10.0, allow: tuple = ()) -> str | None:
     """Attempt one delivery. No transaction is open during the HTTP call.
 
     Parameters:
         download_url_for: object key → (url, expires_at).
         secret_key: derives the delivery's stable callback token.
         public_url: the master's external base URL for the callback link.
+        allow: non-public networks the delivery may still reach
+            (``OUTBOUND_ALLOW``; app/hooks/outbound.py).
 
     Returns the new state, or None when there was nothing to do.
     """
@@ -157,14 +159,9 @@ def deliver(delivery_id: int, download_url_for, *, secret_key: str, public_url: 
     now = int(time.time())
     headers = {"Content-Type": "application/json", "X-FleetHQ-Delivery": payload["delivery_id"],
                "X-FleetHQ-Timestamp": str(now), SIGNATURE_HEADER: sign(secret, now, body),
-               "User-Agent": "FleetHQ-Hooks/1"}
-    try:
-        response = requests.post(url, data=body, headers=headers, timeout=timeout_s,
-                                 allow_redirects=False)
-        status, error = response.status_code, None if 200 <= response.status_code < 300 else \
-            f"HTTP {response.status_code}: {response.text[:200]}"
-    except requests.RequestException as exc:
-        status, error = None, f"{exc.__class__.__name__}: {str(exc)[:200]}"
+               "User-Agent": outbound.USER_AGENT}
+    answer = outbound.post(url, body, headers, timeout_s=timeout_s, allow=allow)
+    status, error = answer.status, answer.error
     if error is None and status == ACCEPTED:
         state = _accepted(delivery_id, completion_timeout_s)
     elif error is None:

@@ -178,6 +178,7 @@ def make_broker(app, redis_url, database_url, monkeypatch):
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.setenv("DATABASE_URL", database_url)
     monkeypatch.setenv("FLEETHQ_LOG_JSON", "false")
+    monkeypatch.setenv("FLEETHQ_OUTBOUND_ALLOW", "127.0.0.0/8")   # the tests' hook consumers
     namespace = f"fhq-test-{uuid.uuid4().hex[:10]}"
     made = []
 
