@@ -209,6 +209,10 @@ def test_signed_delivery_carries_the_asset_and_a_working_download_link(
     assert response.status_code == 200
     assert response.data == staged.data and response.mimetype == "application/pdf"
     assert payload["download_expires_at"] > time.time()
+    # A worker's file from the master's origin: a download, sandboxed if rendered.
+    assert response.headers["Content-Disposition"].startswith('attachment; filename="')
+    assert response.headers["Content-Security-Policy"] == "sandbox"
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
 
     # A tampered signature, another object, or an expired link: 403.
     from app.uploads import downloads

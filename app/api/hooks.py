@@ -2,6 +2,8 @@
 downloads of archived objects from the local store."""
 from __future__ import annotations
 
+import re
+
 from flask import Response, current_app, jsonify, request, stream_with_context
 
 from app.api.base import bp
@@ -154,4 +156,12 @@ def download(object_key):
                 if not data:
                     return
                 yield data
-    return Response(stream_with_context(chunks()), mimetype="application/pdf")
+    response = Response(stream_with_context(chunks()), mimetype="application/pdf")
+    # The file came from a worker and is served from the master's own origin:
+    # a download, and should a browser render it anyway, without scripts or
+    # same-origin rights (as held files are).
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", object_key.rsplit("/", 1)[-1])[:100] or "asset"
+    response.headers["Content-Disposition"] = f'attachment; filename="{name}.pdf"' \
+        if not name.endswith(".pdf") else f'attachment; filename="{name}"'
+    response.headers["Content-Security-Policy"] = "sandbox"
+    return response
