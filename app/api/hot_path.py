@@ -156,7 +156,13 @@ class HotPath:
         length = environ.get("CONTENT_LENGTH", "")
         if content_type != "application/json" or not length.isdigit() or int(length) > self._body_limit:
             return None
-        data = environ["wsgi.input"].read(int(length))
+        try:
+            data = environ["wsgi.input"].read(int(length))
+        except Exception:  # noqa: BLE001 — the client went away mid-body
+            # What was read is lost: the Flask app meets a short body and
+            # answers it as such (400), as it would have met the break.
+            environ["wsgi.input"] = io.BytesIO(b"")
+            return None
         environ["wsgi.input"] = io.BytesIO(data)
         return data
 
