@@ -88,6 +88,18 @@ def app_cache(name: str, app=None) -> dict:
     return caches.setdefault(name, {})
 
 
+def driver_rows(driver, sql: str, params: dict, *, named: bool = False) -> list[Any]:
+    """Run one statement (``:name`` parameters) on a psycopg connection and
+    return its rows as tuples (named tuples with ``named``); none for a
+    statement that returns no rows. psycopg's errors pass through."""
+    with driver.cursor(row_factory=namedtuple_row if named else tuple_row) as cursor:
+        cursor.execute(driver_sql(sql), params)
+        # The result's status, not cursor.description: that builds a column
+        # object per column of every statement.
+        result = cursor.pgresult
+        return cursor.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else []
+
+
 def fetch_rows(sql: str, params: dict, *, named: bool = False) -> list[Any]:
     """Run one of the worker routes' fixed statements in the session's
     transaction, straight through psycopg, and return its rows as tuples.
@@ -105,12 +117,7 @@ def fetch_rows(sql: str, params: dict, *, named: bool = False) -> list[Any]:
     connection = db.session.connection()
     driver = connection.connection.driver_connection
     try:
-        with driver.cursor(row_factory=namedtuple_row if named else tuple_row) as cursor:
-            cursor.execute(driver_sql(sql), params)
-            # The result's status, not cursor.description: that builds a
-            # column object per column of every statement.
-            result = cursor.pgresult
-            return cursor.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else []
+        return driver_rows(driver, sql, params, named=named)
     except psycopg.Error as exc:
         broken = driver.broken
         if broken:

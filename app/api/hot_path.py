@@ -10,7 +10,9 @@ serves the plain case of ``POST /api/v1/projects/<p>/jobs/complete``,
 ``…/fail`` and ``…/extend-lease`` itself, with the same checks, the same
 statements (``app.projects.outcomes``, run on a fleet-pool connection that
 commits each statement) and the same answer, byte for byte but for the
-request id.
+request id. A worker's look-up (token, user, project) is remembered per
+process; the write re-checks it in the same statement (``_STILL_AUTHORIZED``),
+so a plain request is one statement.
 
 Plain means: a well-formed JSON body the route's schema accepts, a token
 worker's machine token stored under FleetHQ's digest, an active user with
@@ -20,13 +22,16 @@ would pause a site (a pushback code), and no app context pushed (tests
 calling in-process keep their session). Anything else goes on to the Flask
 app unchanged, which answers it as it always did (its errors, its
 envelopes). That is decided before anything is written; after the write, a
-surprise (a dropped connection) also hands the request on: the routes give
-the same answer to the same body sent again (a replayed completion or
-failure is ``applied``, a renewal keeps the later lease), so the Flask app's
-answer is the one the first try would have given.
+batch the write did not wholly move (the re-check refused it, or an item was
+stale: the Flask app explains) or a surprise (a dropped connection) also
+hands the request on: the routes give the same answer to the same body sent
+again (a replayed completion or failure is ``applied``, a renewal keeps the
+later lease), so the Flask app's answer is the one the first try would have
+given.
 """
 from __future__ import annotations
 
+import functools
 import hmac
 import io
 import json
@@ -41,14 +46,13 @@ from typing import Any
 
 import psycopg
 from flask.globals import _cv_app
-from psycopg.pq import ExecStatus, TransactionStatus
-from psycopg.rows import namedtuple_row, tuple_row
+from psycopg.pq import TransactionStatus
 
 from app.accounts import service as accounts
 from app.accounts import tokens
 from app.api import API_CACHE_CONTROL, NO_SNIFF, auth, jobs
 from app.api import validate as v
-from app.extensions import FLEET_BIND, db, driver_sql
+from app.extensions import FLEET_BIND, db, driver_rows
 from app.fleet.service import NODE_SECRET_PREFIX
 from app.ops import logging as ops_logging
 from app.ops.metrics import observe_request
@@ -69,13 +73,8 @@ _PATH = re.compile(r"\A/api/v1/projects/([^/]+)/jobs/(complete|fail|extend-lease
 
 
 def _connection_statements(driver: psycopg.Connection) -> outcomes.Statements:
-    def rows(sql: str, params: dict, *, named: bool = False) -> list:
-        with driver.cursor(row_factory=namedtuple_row if named else tuple_row) as cursor:
-            cursor.execute(driver_sql(sql), params)
-            result = cursor.pgresult
-            return cursor.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else []
-    # Each statement committed as it ran (autocommit).
-    return outcomes.Statements(rows, lambda: None)
+    # Each statement committed as it ran (autocommit): nothing left to commit.
+    return outcomes.Statements(functools.partial(driver_rows, driver), lambda: None)
 
 
 # What the write re-checks of a remembered call, in its own statement: the
