@@ -41,8 +41,9 @@ class Defaults:
     # Each setting has its own comment: docs/configuration.md and
     # .env.example are generated from them (python -m app.dev.config_reference).
 
-    # The key sessions, CSRF tokens, signed links and sealed machine tokens
-    # rest on; unset, each process makes one of its own (fine for a demo only).
+    # The key sessions, CSRF tokens, signed links, sealed machine tokens and
+    # sealed hook secrets rest on; unset, each process makes one of its own
+    # (fine for a demo only).
     SECRET_KEY = None
     # A file holding the key instead (``flask fleet web-keygen --out FILE``
     # writes one); it must not be readable by group or others.

@@ -86,14 +86,20 @@ def reconcile():
     """Re-send every outbox row that is due (Redis messages are only hints;
     this includes 202 deliveries past their completion timeout), then
     "ensure again": queue deliveries that archived assets lack for enabled
-    consumers (a bounded backfill) and revive those of re-enabled ones."""
+    consumers (a bounded backfill) and revive those of re-enabled ones;
+    seal hook signing secrets still kept in clear."""
+    from flask import current_app
+
     from app import outbox
-    from app.hooks import backfill
+    from app.hooks import backfill, consumers
     for topic, ref in outbox.due():
         outbox.send_hint(topic, ref)
     ensured = backfill.ensure()
     if any(ensured.values()):
         log.info("hook deliveries ensured: %s", ensured)
+    sealed = consumers.seal_clear_secrets(current_app.config)
+    if sealed:
+        log.info("hook signing secrets sealed: %d", sealed)
 
 
 @dramatiq.actor(queue_name="maintenance", max_retries=3, time_limit=300_000)

@@ -115,9 +115,10 @@ def one_delivery(app, pipeline: Pipeline, consumer: Consumer, value: str, seed: 
     return delivery_id
 
 
-def deliver(app, delivery_id: int):
+def deliver(app, delivery_id: int, secret_key: str | None = None):
+    """One delivery attempt, as the deliver_hook actor makes it (under
+    ``secret_key`` instead of the app's, if given)."""
     from app.config import outbound_networks
-    """One delivery attempt, as the deliver_hook actor makes it."""
     from app.extensions import db
     from app.hooks import deliveries
     from app.uploads import downloads
@@ -126,7 +127,7 @@ def deliver(app, delivery_id: int):
         try:
             return deliveries.deliver(
                 delivery_id, lambda key: downloads.url_for(store, app.config, key),
-                secret_key=app.config["SECRET_KEY"], public_url=app.config.get("PUBLIC_URL"),
+                secret_key=secret_key or app.config["SECRET_KEY"], public_url=app.config.get("PUBLIC_URL"),
                 allow=outbound_networks(app.config))
         finally:
             db.session.remove()
@@ -160,6 +161,75 @@ def callback(client, path: str, token: str | None):
 
 
 # ------------------------------------------------------------- signed POST
+
+
+def consumer_row(app, consumer_id) -> dict:
+    return one(app, "SELECT secret, secret_sealed FROM hook_consumers WHERE id = :c", c=int(consumer_id))
+
+
+def seal_clear_secrets(app, config=None) -> int:
+    from app.extensions import db
+    from app.hooks import consumers as hook_consumers
+    with app.app_context():
+        try:
+            return hook_consumers.seal_clear_secrets(config or app.config)
+        finally:
+            db.session.remove()
+
+
+def test_signing_secrets_are_sealed_at_rest_and_sign_only_under_their_key(app, pipeline, consumers):
+    consumer = consumers()
+    secret = "a-chosen-secret-of-enough-length"
+    created = add_consumer(pipeline, consumer.url, secret=secret)
+    row = consumer_row(app, created["consumer_id"])
+    # A database dump shows no secret: none in clear, none inside the sealed bytes.
+    assert row["secret"] is None and secret.encode() not in bytes(row["secret_sealed"])
+    archive(app, pipeline, "10.1234/sealed", seed=31)
+    [delivery_id] = delivery_ids(app)
+
+    # Under another SECRET_KEY the secret does not open: the try fails with
+    # a reason and stays due again, nothing unsigned is sent.
+    assert deliver(app, delivery_id, secret_key="a-different-secret-key") == "pending"
+    assert consumer.requests == []
+    failed = delivery(app, delivery_id)
+    assert failed["tries"] == 1 and "does not open under this SECRET_KEY" in failed["last_error"]
+    assert not outbox_rows(app, delivery_id)[0]["done_at"]
+
+    # Back under the key it was sealed with, it signs.
+    sql(app, "UPDATE outbox SET due_at = now() WHERE topic = 'hook_delivery'")
+    assert deliver(app, delivery_id) == "delivered"
+    [request] = consumer.requests
+    assert request["headers"][SIGNATURE] == expected_signature(secret, request)
+
+    # A sealed secret copied onto another consumer's row does not open there.
+    other = consumers()
+    other_id = add_consumer(pipeline, other.url, name="other")["consumer_id"]
+    sql(app, "UPDATE hook_consumers SET secret_sealed = (SELECT secret_sealed FROM hook_consumers "
+             "WHERE id = :a) WHERE id = :b", a=int(created["consumer_id"]), b=int(other_id))
+    archive(app, pipeline, "10.1234/copied", seed=32)
+    copied = [d for d in delivery_ids(app) if delivery(app, d)["consumer_id"] == int(other_id)]
+    assert deliver(app, copied[0]) == "pending" and other.requests == []
+
+
+def test_secrets_kept_in_clear_are_sealed_by_the_reconcile_tick_and_still_sign(app, pipeline, consumers):
+    consumer = consumers()
+    created = add_consumer(pipeline, consumer.url)
+    # As a row from before revision 0025 (or made without a configured SECRET_KEY) is.
+    sql(app, "UPDATE hook_consumers SET secret = 'an-old-clear-secret-0123', secret_sealed = NULL "
+             "WHERE id = :c", c=int(created["consumer_id"]))
+    # A process that made its own key seals nothing: no other process could open it.
+    assert seal_clear_secrets(app, {**app.config, "SECRET_KEY_GENERATED": True}) == 0
+    assert consumer_row(app, created["consumer_id"])["secret"] == "an-old-clear-secret-0123"
+
+    assert seal_clear_secrets(app) == 1
+    row = consumer_row(app, created["consumer_id"])
+    assert row["secret"] is None and b"an-old-clear-secret-0123" not in bytes(row["secret_sealed"])
+    assert seal_clear_secrets(app) == 0
+    archive(app, pipeline, "10.1234/resealed", seed=33)
+    [delivery_id] = delivery_ids(app)
+    assert deliver(app, delivery_id) == "delivered"
+    [request] = consumer.requests
+    assert request["headers"][SIGNATURE] == expected_signature("an-old-clear-secret-0123", request)
 
 
 def test_signed_delivery_carries_the_asset_and_a_working_download_link(

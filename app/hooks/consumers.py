@@ -14,12 +14,53 @@ from urllib.parse import urlsplit, urlunsplit
 from flask import current_app
 from sqlalchemy import text
 
-from app import audit
+from app import audit, sealing
 from app.errors import InvalidRequest, NotFound
 from app.extensions import db
 from app.config import outbound_networks
 from app.hooks import derived, outbound
 from app.hooks.models import COMPLETION_TIMEOUT_BOUNDS_S, COMPLETION_TIMEOUT_DEFAULT_S
+
+
+# Signing secrets are sealed under SECRET_KEY (app/sealing.py), bound to
+# their consumer row; a database dump alone reveals none.
+_SEAL_PURPOSE = b"fleethq hook-secret seal v1"
+
+
+def _bound_to(consumer_id: int, project_id: str) -> bytes:
+    return f"{consumer_id}\x00{project_id}".encode()
+
+
+def signing_secret(secret_key: str, consumer_id: int, project_id: str, clear: str | None,
+                   sealed: bytes | None) -> str | None:
+    """A consumer's signing secret, or None when its sealed copy does not
+    open under ``secret_key`` (SECRET_KEY changed, or a process that made its
+    own key): deliveries then fail and are retried, and sign again once the
+    key is the one the secret was sealed under."""
+    if clear is not None:
+        return clear
+    raw = sealing.unseal(secret_key, _SEAL_PURPOSE, _bound_to(consumer_id, project_id), sealed)
+    return raw.decode() if raw is not None else None
+
+
+def seal_clear_secrets(config, batch: int = 500) -> int:
+    """Seal the signing secrets still kept in clear (rows from before
+    revision 0025, or made where SECRET_KEY was not configured); nothing
+    when this process's key is its own. The one place a clear secret turns
+    sealed. Commits; returns how many were sealed."""
+    key = sealing.configured_key(config)
+    if key is None:
+        return 0
+    rows = db.session.execute(text(
+        "SELECT id, project_id, secret FROM hook_consumers WHERE secret IS NOT NULL "
+        "ORDER BY id LIMIT :n FOR UPDATE SKIP LOCKED"), {"n": batch}).all()
+    for consumer_id, project_id, secret in rows:
+        db.session.execute(text(
+            "UPDATE hook_consumers SET secret_sealed = :s, secret = NULL WHERE id = :id"),
+            {"id": consumer_id, "s": sealing.seal(key, _SEAL_PURPOSE, _bound_to(consumer_id, project_id),
+                                                   secret.encode())})
+    db.session.commit()
+    return len(rows)
 
 
 def _check_url(url) -> str:
@@ -95,12 +136,20 @@ def create(project_id: str, name: str, url: str | None = None, secret: str | Non
     secret = secret or secrets.token_urlsafe(32)
     if not isinstance(secret, str) or not 16 <= len(secret) <= 256:
         raise InvalidRequest("secret must be 16..256 characters", details={"field": "secret"})
+    # The id first: the sealed secret is bound to its row.
+    consumer_id = db.session.execute(text(
+        "SELECT nextval(pg_get_serial_sequence('hook_consumers', 'id'))")).scalar_one()
+    key = sealing.configured_key(current_app.config)
+    sealed = (sealing.seal(key, _SEAL_PURPOSE, _bound_to(consumer_id, project_id), secret.encode())
+              if key is not None else None)
     row = db.session.execute(text(
-        f"INSERT INTO hook_consumers (project_id, name, kind, url, target_project_id, profile, secret, "
-        f"enabled, completion_timeout_seconds) "
-        f"VALUES (:p, :n, :kind, :u, :tp, CAST(:prof AS jsonb), :s, :e, :t) RETURNING {_COLUMNS}"),
-        {"p": project_id, "n": name, "kind": kind, "u": url, "tp": target_project,
-         "prof": json.dumps(profile) if profile is not None else None, "s": secret,
+        f"INSERT INTO hook_consumers (id, project_id, name, kind, url, target_project_id, profile, "
+        f"secret, secret_sealed, enabled, completion_timeout_seconds) "
+        f"VALUES (:id, :p, :n, :kind, :u, :tp, CAST(:prof AS jsonb), :s, :sealed, :e, :t) "
+        f"RETURNING {_COLUMNS}"),
+        {"id": consumer_id, "p": project_id, "n": name, "kind": kind, "u": url, "tp": target_project,
+         "prof": json.dumps(profile) if profile is not None else None,
+         "s": secret if sealed is None else None, "sealed": sealed,
          "e": bool(enabled), "t": _check_timeout(completion_timeout_seconds)}).mappings().one()
     audit.record("hook.create", "hook_consumer", row["id"], {  # never the secret
         "project": project_id, "name": name, "kind": kind, "url": _shown_url(url),

@@ -31,7 +31,7 @@ from app import outbox
 from app.accounts import tokens
 from app.errors import InvalidToken, NotFound
 from app.extensions import db
-from app.hooks import derived, outbound
+from app.hooks import consumers, derived, outbound
 from app.hooks.models import DELIVERY_STATES
 
 log = logging.getLogger(__name__)
@@ -75,14 +75,16 @@ def callback_token(secret_key: str, delivery_id: int) -> str:
 # What _prepare answers when there is nothing to POST now, or when the
 # delivery is a derive consumer's (no HTTP: app/hooks/derived.py).
 FINAL, LATER, DERIVE = "final", "later", "derive"
+UNSEALED = ("the consumer's signing secret does not open under this SECRET_KEY "
+            "(it was sealed under another); retried")
 
 
 def _prepare(delivery_id: int, download_url_for, secret_key: str, public_url: str):
     """The payload to POST, or FINAL (nothing left to do: close the outbox
     row) or LATER (a 202 still within its completion timeout)."""
     row = db.session.execute(text("""
-        SELECT d.id, d.state, d.tries, d.attempt_id, d.asset_key, d.project_id,
-               d.awaiting_until > now() AS waiting, c.url, c.secret, c.enabled,
+        SELECT d.id, d.state, d.tries, d.attempt_id, d.asset_key, d.project_id, d.consumer_id,
+               d.awaiting_until > now() AS waiting, c.url, c.secret, c.secret_sealed, c.enabled,
                c.completion_timeout_seconds, c.kind, u.canonical_key, u.sha256, u.size, u.job_id
         FROM hook_deliveries d JOIN hook_consumers c ON c.id = d.consumer_id
         JOIN uploads u ON u.attempt_id = d.attempt_id
@@ -118,7 +120,9 @@ def _prepare(delivery_id: int, download_url_for, secret_key: str, public_url: st
         "callback_url": f"{public_url}/api/v1/hooks/deliveries/{row['id']}/complete",
         "callback_token": callback,
     }
-    return payload, row["url"], row["secret"], row["completion_timeout_seconds"]
+    secret = consumers.signing_secret(secret_key, row["consumer_id"], row["project_id"],
+                                      row["secret"], row["secret_sealed"])
+    return payload, row["url"], secret, row["completion_timeout_seconds"]
 
 
 def _close(delivery_id: int, state: str, error: str) -> None:
@@ -153,8 +157,12 @@ def deliver(delivery_id: int, download_url_for, *, secret_key: str, public_url: 
         outbox.done("hook_delivery", delivery_id)
         db.session.commit()
         return None
-    db.session.commit()
     payload, url, secret, completion_timeout_s = prepared
+    if secret is None:  # sealed under another key: nothing to sign with until SECRET_KEY is that key again
+        state = _failed_try(delivery_id, None, UNSEALED)
+        db.session.commit()
+        return state
+    db.session.commit()
     body = json.dumps(payload, separators=(",", ":")).encode()
     now = int(time.time())
     headers = {"Content-Type": "application/json", "X-FleetHQ-Delivery": payload["delivery_id"],

@@ -7,7 +7,7 @@ reconciler re-sends every row that is due, so losing Redis loses nothing.
 from __future__ import annotations
 
 from sqlalchemy import (BigInteger, Boolean, CheckConstraint, DateTime, ForeignKey, Index, Integer,
-                        String, Text, UniqueConstraint, func, text)
+                        LargeBinary, String, Text, UniqueConstraint, func, text)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -56,6 +56,7 @@ class HookConsumer(db.Model):
         CheckConstraint("(kind = 'webhook' AND url IS NOT NULL) OR "
                         "(kind = 'derive' AND target_project_id IS NOT NULL AND profile IS NOT NULL)",
                         name="kind"),
+        CheckConstraint("secret IS NOT NULL OR secret_sealed IS NOT NULL", name="secret"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -66,7 +67,11 @@ class HookConsumer(db.Model):
     url = mapped_column(Text)
     target_project_id = mapped_column(String(128), ForeignKey("projects.id", ondelete="CASCADE"))
     profile = mapped_column(JSONB)  # derive: {"name": ..., "languages": ...}
-    secret: Mapped[str] = mapped_column(Text, nullable=False)
+    # The signing secret, sealed under SECRET_KEY (app/sealing.py); in clear
+    # only until the reconcile tick seals it (rows from before revision 0025,
+    # or made by a process without a configured SECRET_KEY).
+    secret_sealed = mapped_column(LargeBinary)
+    secret = mapped_column(Text)
     enabled: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="true")
     completion_timeout_seconds: Mapped[int] = mapped_column(
         Integer, nullable=False, server_default=str(COMPLETION_TIMEOUT_DEFAULT_S))
