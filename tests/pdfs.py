@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pikepdf
 
-__all__ = ["make_pdf", "html_as_pdf", "truncated_pdf", "tiny_pdf", "spinning_pdf"]
+__all__ = ["make_pdf", "html_as_pdf", "truncated_pdf", "tiny_pdf", "spinning_pdf", "blank_scans_pdf"]
 
 
 def _build(pages: int, seed: int, padding: list[int]) -> bytes:
@@ -99,7 +99,8 @@ def _zeros_deflated(size: int) -> bytes:
     return first[:2] + block * (size // len(chunk)) + b"\x03\x00" + adler.to_bytes(4, "big")
 
 
-def spinning_pdf(path, *, inflated_bytes: int = 4 << 30) -> None:
+def spinning_pdf(path, *, inflated_bytes: int = 4 << 30, pad_to: int = 16 * 1024,
+                 filters: tuple[str, ...] = ("/FlateDecode", "/FlateDecode")) -> None:
     """A small valid PDF whose only page's content stream inflates to ``inflated_bytes``.
 
     A "deflate bomb": zeros compressed twice (``/Filter [/FlateDecode
@@ -110,15 +111,35 @@ def spinning_pdf(path, *, inflated_bytes: int = 4 << 30) -> None:
     limits are for. (The classic alternatives do not spin with qpdf: a /Kids
     loop and deep nesting are detected at once.)
     """
-    twice = zlib.compress(_zeros_deflated(inflated_bytes), 9)
+    data = _zeros_deflated(inflated_bytes)
+    for name in filters[1:]:
+        if name == "/FlateDecode":
+            data = zlib.compress(data, 9)
     pdf = pikepdf.new()
     page = pdf.add_blank_page(page_size=(612, 792))
-    stream = pikepdf.Stream(pdf, twice)
+    stream = pikepdf.Stream(pdf, data)
     # The data is already encoded: name the filters by hand and save without
     # decoding anything (saving would otherwise try to inflate the bomb).
-    stream.Filter = pikepdf.Array([pikepdf.Name.FlateDecode, pikepdf.Name.FlateDecode])
+    stream.Filter = pikepdf.Array([pikepdf.Name(name) for name in filters])
     page.Contents = pdf.make_indirect(stream)
-    # Pad to ~16 KiB so the size floor is not what rejects it.
-    pdf.Root.FleetHQPadding = pdf.make_stream(random.Random(0).randbytes(16 * 1024))
+    # Pad (~16 KiB by default) so the size floor is not what rejects it.
+    pdf.Root.FleetHQPadding = pdf.make_stream(random.Random(0).randbytes(pad_to))
+    pdf.save(path, compress_streams=False, deterministic_id=True,
+             stream_decode_level=pikepdf.StreamDecodeLevel.none)
+
+
+def blank_scans_pdf(path, *, pages: int = 10, width: int = 2550, height: int = 3300) -> None:
+    """White A4 pages scanned at 300 dpi, 8-bit grey, Flate-compressed: each
+    inflates about a thousandfold (a real document with the ratio of a bomb)."""
+    pixels = zlib.compress(b"\xff" * (width * height), 9)
+    pdf = pikepdf.new()
+    for _ in range(pages):
+        page = pdf.add_blank_page(page_size=(612, 792))
+        image = pikepdf.Stream(pdf, pixels)
+        image.Type, image.Subtype = pikepdf.Name.XObject, pikepdf.Name.Image
+        image.Width, image.Height, image.BitsPerComponent = width, height, 8
+        image.ColorSpace, image.Filter = pikepdf.Name.DeviceGray, pikepdf.Name.FlateDecode
+        page.Resources = pikepdf.Dictionary(XObject=pikepdf.Dictionary(Im0=image))
+        page.Contents = pdf.make_stream(b"q 612 0 0 792 0 0 cm /Im0 Do Q")
     pdf.save(path, compress_streams=False, deterministic_id=True,
              stream_decode_level=pikepdf.StreamDecodeLevel.none)

@@ -12,7 +12,7 @@ from urllib.parse import quote
 import pikepdf
 import pytest
 
-from tests import scans
+from tests import pdfs, scans
 from tests.helpers import Api, api_error, body, sql
 from tests.support.documents import api  # noqa: F401 (fixture: a documents project docs)
 
@@ -39,6 +39,8 @@ def files(tmp_path_factory):
     out["notes.pdf"] = b"these are my notes, not a PDF\n" * 20
     out["cut.jpg"] = out["photo.jpg"][: len(out["photo.jpg"]) // 2]
     out["garbage.tif"] = b"II*\x00" + os.urandom(2000)
+    pdfs.spinning_pdf(d / "bomb.pdf")  # 4 GiB of page content in a few KiB
+    out["bomb.pdf"] = (d / "bomb.pdf").read_bytes()
     return out
 
 
@@ -100,7 +102,7 @@ def test_the_same_file_twice_is_one_document(app, api, files):
 
 
 BROKEN = {"empty.pdf": "empty", "truncated.pdf": "no_eof", "notes.pdf": "unsupported_format",
-          "cut.jpg": "unreadable_image", "garbage.tif": "unreadable_image"}
+          "cut.jpg": "unreadable_image", "garbage.tif": "unreadable_image", "bomb.pdf": "too_inflated"}
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN))

@@ -240,6 +240,7 @@ UPLOAD_CASES = [
     ("truncated", "truncated", {}, 422, "invalid_upload"),
     ("tiny", "tiny", {}, 422, "invalid_upload"),
     ("parser-bomb", "spinning", {}, 422, "invalid_upload"),
+    ("inflates-200-mib", "inflating", {}, 422, "invalid_upload"),
     ("sha-mismatch", "good", {"X-PDF-SHA256": "0" * 64}, 422, "invalid_upload"),
     ("sha-not-hex", "good", {"X-PDF-SHA256": "z" * 64}, 400, "invalid_request"),
     ("size-not-number", "good", {"X-PDF-Size": "12kB"}, 400, "invalid_request"),
@@ -312,6 +313,8 @@ def pdf_bodies(tmp_path_factory):
     pdfs.truncated_pdf(d / "good.pdf", d / "truncated.pdf", forge_eof=True)
     pdfs.tiny_pdf(d / "tiny.pdf")
     pdfs.spinning_pdf(d / "spinning.pdf")
+    # The probe's file: 204 KiB that inflate to 200 MiB (it was archived).
+    pdfs.spinning_pdf(d / "inflating.pdf", inflated_bytes=200 << 20, pad_to=204 * 1024)
     return {p.stem: p.read_bytes() for p in d.iterdir()}
 
 
@@ -324,7 +327,9 @@ def test_hostile_upload(world, pdf_bodies, case, kind, headers, status, code):
     before = world.snapshot()
     response = world.client.put(path.format(attempt=world.attempt["attempt_id"]), data=data,
                                 headers={**world.node.headers, **_upload_headers(data), **headers})
-    api_error(response, status, code)
+    error = api_error(response, status, code)
+    if kind in ("spinning", "inflating"):
+        assert error["details"]["reason"] == "too_inflated", error
     after = world.snapshot()
     if status == 422:
         # A permanent refusal fails the attempt and sends its job back to the

@@ -177,13 +177,16 @@ def test_garbage_with_pdf_markers_fails_the_parse(tmp_path):
 
 # --- limits: the deflate bomb (4 GiB of page content in a 26 KiB file) -----------------------
 
+# The resource limits stand behind the inflation bound (off here): a file
+# the count lets through still cannot take more than they allow.
 @pytest.mark.parametrize("limits, reason", [
     # Memory: decoding needs ~2x the inflated size; qpdf hits RLIMIT_AS in ~2 s.
-    (ParseLimits(), "parse_limit"),
+    (ParseLimits(inflated_bytes=None), "parse_limit"),
     # CPU: with room for 2 GiB, inflating outlasts 1 s of CPU: SIGXCPU.
-    (ParseLimits(cpu_seconds=1, memory_bytes=2 << 30, wall_seconds=15), "parse_limit"),
+    (ParseLimits(cpu_seconds=1, memory_bytes=2 << 30, wall_seconds=15, inflated_bytes=None), "parse_limit"),
     # Wall clock: the parent kills the child after 1 s.
-    (ParseLimits(cpu_seconds=30, memory_bytes=2 << 30, wall_seconds=1), "parse_timeout"),
+    (ParseLimits(cpu_seconds=30, memory_bytes=2 << 30, wall_seconds=1, inflated_bytes=None),
+     "parse_timeout"),
 ], ids=["memory", "cpu", "wall"])
 def test_spinning_pdf_hits_the_limits(files, limits, reason):
     started = time.monotonic()
@@ -191,6 +194,56 @@ def test_spinning_pdf_hits_the_limits(files, limits, reason):
     elapsed = time.monotonic() - started
     assert exc.reason == reason, exc.message
     assert elapsed < limits.wall_seconds + 2
+
+
+# --- inflation: what the streams decode to, bounded (ratio and total) -------------------
+
+def test_deflate_bomb_is_refused_by_the_inflation_bound_before_any_limit(files):
+    exc = rejected(files["spinning"])   # 4 GiB of zeros in a few KiB
+    size = files["spinning"].stat().st_size
+    assert exc.reason == "too_inflated"
+    assert f"more than {128 << 20} bytes" in exc.message and f"file's {size}" in exc.message
+    assert str(files["spinning"]) not in exc.message and "pdfs" not in exc.message
+
+
+def test_a_204_kib_file_inflating_to_200_mib_is_refused(tmp_path):
+    path = tmp_path / "bomb.pdf"
+    pdfs.spinning_pdf(path, inflated_bytes=200 << 20, pad_to=204 * 1024)
+    assert 200 * 1024 <= path.stat().st_size <= 210 * 1024
+    assert rejected(path).reason == "too_inflated"
+    # Without the bound the same file passes every other check: qpdf decodes
+    # 200 MiB within the default memory and CPU limits.
+    assert check_pdf_file(path, limits=ParseLimits(inflated_bytes=None)).pages == 1
+
+
+def test_a_bomb_behind_an_image_filter_is_counted_through_its_flate_stage(tmp_path):
+    path = tmp_path / "dct.pdf"
+    pdfs.spinning_pdf(path, inflated_bytes=256 << 20, filters=("/FlateDecode", "/DCTDecode"))
+    assert rejected(path).reason == "too_inflated"
+
+
+def test_blank_greyscale_flate_scans_inflate_a_thousandfold_and_pass(tmp_path):
+    # Ten white A4 pages scanned at 300 dpi, 8-bit grey, Flate: 84 MB of
+    # pixels in a file of ~100 KiB. A document, not a bomb.
+    path = tmp_path / "blank_scans.pdf"
+    pdfs.blank_scans_pdf(path, pages=10)
+    size = path.stat().st_size
+    assert size * 500 < 10 * 2550 * 3300
+    info = check_pdf_file(path)
+    assert info.pages == 10
+
+
+def test_the_ratio_governs_above_the_floor(tmp_path):
+    path = tmp_path / "blank_scans.pdf"
+    pdfs.blank_scans_pdf(path, pages=2)
+    size = path.stat().st_size
+    low_floor = ParseLimits(inflation_floor=1 << 20)
+    assert rejected(path, limits=low_floor).reason == "too_inflated"  # ~1000x the file
+    # Room for the ratio (or a higher floor) lets it through.
+    assert check_pdf_file(path, limits=ParseLimits(inflation_floor=1 << 20, inflation_ratio=2000)).pages == 2
+    assert ParseLimits().inflation_allowed(size) == 128 << 20
+    assert ParseLimits().inflation_allowed(50 << 20) == 2 << 30  # the total cap
+    assert ParseLimits().inflation_allowed(10 << 20) == 1000 << 20
 
 
 def test_checker_failure_is_not_a_rejection(files):

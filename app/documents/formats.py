@@ -33,8 +33,10 @@ CONVERT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "convert.py")
 CONVERT_CPU_S = 120
 CONVERT_WALL_S = 180
 CONVERT_MEMORY_BYTES = 3 * 1024**3
-# A PDF made or put in may be larger and slower to check than a paper.
-PDF_LIMITS = pdfcheck.ParseLimits(cpu_seconds=60, memory_bytes=1024**3, wall_seconds=90)
+# A PDF made or put in may be larger and slower to check than a paper, and
+# a scan converted losslessly (PNG pages are Flate) inflates more than one.
+PDF_LIMITS = pdfcheck.ParseLimits(cpu_seconds=60, memory_bytes=1024**3, wall_seconds=90,
+                                  inflated_bytes=8 << 30, inflation_ratio=1000, inflation_floor=512 << 20)
 
 
 class Refused(ValueError):

@@ -18,10 +18,12 @@ Order, cheapest first (each failure raises :class:`PdfRejected`):
 4. SHA-256, streamed, compared with ``expected_sha256`` if given
    (``hash_mismatch``);
 5. structural parse in a child process (``unparseable``, ``parse_limit``,
-   ``parse_timeout``): qpdf (via pikepdf) with recovery off, so a truncated
-   file is refused instead of silently repaired, then the equivalent of
-   ``qpdf --check`` (every object, every stream decoded, every page's content
-   parsed); any warning counts as a failure.
+   ``parse_timeout``, ``too_inflated``): qpdf (via pikepdf) with recovery
+   off, so a truncated file is refused instead of silently repaired; then
+   what the streams decode to, counted a chunk at a time and bounded by
+   ``ParseLimits`` (a decompression bomb is refused before anything buffers
+   it); then the equivalent of ``qpdf --check`` (every object, every stream
+   decoded, every page's content parsed); any warning counts as a failure.
 
 The parse never runs in the calling process. Each process keeps a small pool
 of *zygotes* (``python this_file --zygote``): fresh interpreters, started
@@ -47,8 +49,9 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 import threading
+import time
+import zlib
 from dataclasses import dataclass
 
 HEAD_WINDOW = 1024
@@ -62,6 +65,7 @@ EXIT_OK = 0
 EXIT_REJECTED = 10
 EXIT_LIMIT = 11
 EXIT_CANNOT_RUN = 12  # the check could not be carried out (configuration)
+EXIT_INFLATED = 13  # the streams decode to more than ParseLimits allows
 
 # Deaths by these signals are the parse hitting a limit: SIGXCPU/SIGKILL from
 # RLIMIT_CPU (soft/hard), SIGABRT from an uncaught std::bad_alloc under
@@ -88,6 +92,20 @@ class ParseLimits:
     cpu_seconds: int = 10
     memory_bytes: int = 512 * 1024 * 1024   # address space; Python + pikepdf need ~50 MiB
     wall_seconds: float = 15
+    # What the file's streams may decode to, all together (``too_inflated``):
+    # ``inflation_ratio`` times the file's size, but never less than
+    # ``inflation_floor`` (a small file of blank greyscale Flate scans inflates
+    # a thousandfold and is still a document) nor more than ``inflated_bytes``.
+    # Every reader downstream (OCR, indexers, a browser) decodes them too.
+    # None: no bound but the memory and CPU limits.
+    inflated_bytes: int | None = 2 << 30
+    inflation_ratio: int = 100
+    inflation_floor: int = 128 << 20
+
+    def inflation_allowed(self, size: int) -> int | None:
+        if self.inflated_bytes is None:
+            return None
+        return min(self.inflated_bytes, max(self.inflation_floor, self.inflation_ratio * size))
 
 
 @dataclass(frozen=True)
@@ -156,7 +174,8 @@ def check_pdf_file(path, *, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYT
 
 
 def _parse_in_child(path: str, limits: ParseLimits) -> tuple[int, str, int | None]:
-    code, out, timed_out = _ZYGOTES.run(path, limits)
+    inflated_max = limits.inflation_allowed(os.path.getsize(path))
+    code, out, timed_out = _ZYGOTES.run(path, limits, inflated_max)
     if timed_out:
         raise PdfRejected("parse_timeout",
                           f"parse took longer than {limits.wall_seconds} s; killed")
@@ -171,6 +190,8 @@ def _parse_in_child(path: str, limits: ParseLimits) -> tuple[int, str, int | Non
         raise PdfRejected("unparseable", result.get("error") or "structural parse failed")
     if code == EXIT_LIMIT:
         raise PdfRejected("parse_limit", result.get("error") or "parse ran out of memory")
+    if code == EXIT_INFLATED:
+        raise PdfRejected("too_inflated", result.get("error") or "streams decode to too many bytes")
     if code < 0 and -code in LIMIT_SIGNALS:
         raise PdfRejected("parse_limit", f"parse killed by {signal.Signals(-code).name}"
                                          f" (limits: {limits.cpu_seconds} s CPU,"
@@ -195,9 +216,10 @@ class _Zygote:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True, bufsize=1)
 
-    def run(self, path: str, limits: ParseLimits) -> tuple[int, str, bool]:
+    def run(self, path: str, limits: ParseLimits, inflated_max: int | None) -> tuple[int, str, bool]:
         request = {"path": path, "cpu": max(1, math.ceil(limits.cpu_seconds)),
-                   "memory": int(limits.memory_bytes), "wall": float(limits.wall_seconds)}
+                   "memory": int(limits.memory_bytes), "wall": float(limits.wall_seconds),
+                   "inflated": inflated_max}
         try:
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
@@ -231,10 +253,10 @@ class _ZygotePool:
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
-    def run(self, path: str, limits: ParseLimits) -> tuple[int, str, bool]:
+    def run(self, path: str, limits: ParseLimits, inflated_max: int | None) -> tuple[int, str, bool]:
         zygote = self._take()
         try:
-            result = zygote.run(path, limits)
+            result = zygote.run(path, limits, inflated_max)
         except BaseException:
             zygote.close()  # its state is unknown: never reuse it
             raise
@@ -269,7 +291,8 @@ def _zygote_main() -> int:
             os.close(read_end)
             os.dup2(write_end, 1)
             try:
-                code = _child_main(request["cpu"], request["memory"], request["path"])
+                code = _child_main(request["cpu"], request["memory"], request["path"],
+                                   request.get("inflated"))
             except BaseException:
                 code = 1
             sys.stdout.flush()
@@ -308,7 +331,7 @@ def _address_space_bytes() -> int | None:
 
 # --- the child ---------------------------------------------------------------
 
-def _child_main(cpu_seconds: int, memory_bytes: int, path: str) -> int:
+def _child_main(cpu_seconds: int, memory_bytes: int, path: str, inflated_max: int | None = None) -> int:
     import resource
 
     # A limit below what the (warm) parser process already maps would fail
@@ -339,6 +362,16 @@ def _child_main(cpu_seconds: int, memory_bytes: int, path: str) -> int:
         # attempt_recovery=False: a default open() rebuilds a missing or broken
         # xref table, so a file cut in half would open with all its pages.
         with pikepdf.open(path, attempt_recovery=False) as pdf:
+            # First, cheaply: what the streams inflate to (a decompression
+            # bomb is refused before qpdf buffers any of it).
+            if inflated_max is not None:
+                inflated = _inflated_total(pikepdf, pdf, inflated_max)
+                if inflated > inflated_max:
+                    size = os.path.getsize(path)
+                    return answer(EXIT_INFLATED, error=(
+                        f"its streams decode to more than {inflated_max} bytes "
+                        f"({inflated_max // max(1, size)}x the file's {size}); refused as a "
+                        f"decompression bomb"))
             # qpdf --check: all objects, all streams decoded, all page content
             # parsed; it returns warnings and errors as text (a few ms for a
             # 20 MiB paper; image-heavy files cost more, bounded by the limits).
@@ -362,6 +395,65 @@ def _child_main(cpu_seconds: int, memory_bytes: int, path: str) -> int:
             return answer(EXIT_LIMIT, error="out of memory decoding a stream: " + problems[0][:500])
         return answer(EXIT_REJECTED, error="; ".join(problems[:3])[:1000])
     return answer(EXIT_OK, pages=pages, version=version, font_pages=font_pages)
+
+
+_FLATE = frozenset({"/FlateDecode", "/Fl"})
+_EXPANDING = frozenset({"/LZWDecode", "/LZW", "/RunLengthDecode", "/RL"})
+_INFLATE_CHUNK = 1 << 20
+
+
+def _inflated_total(pikepdf, pdf, stop_after: int) -> int:
+    """What the file's streams decode to, summed, counting stops once past
+    ``stop_after``. Flate layers are inflated here a chunk at a time (nothing
+    is held whole); a chain that also has an expanding filter (LZW,
+    RunLength) is decoded by qpdf, within the child's memory limit. What the
+    image filters after that (DCT, JBIG2, CCITT) make of it is the reader's
+    business: counted as it comes out of the Flate stages."""
+    total = 0
+    for obj in pdf.objects:
+        if not isinstance(obj, pikepdf.Stream):
+            continue
+        filters = obj.get("/Filter")
+        names = ([str(f) for f in filters] if isinstance(filters, pikepdf.Array)
+                 else [] if filters is None else [str(filters)])
+        try:
+            if any(name in _EXPANDING for name in names):
+                total += len(obj.read_bytes(pikepdf.StreamDecodeLevel.specialized))
+            else:
+                lead = next((i for i, name in enumerate(names) if name not in _FLATE), len(names))
+                if lead:
+                    total += _inflated_size(obj.read_raw_bytes(), lead, stop_after - total)
+                else:  # nothing to inflate: its length, without copying the bytes out
+                    total += int(obj.get("/Length", 0))
+        except (pikepdf.PdfError, zlib.error, ValueError):
+            continue  # a stream that does not decode: qpdf's check names it
+        if total > stop_after:
+            break
+    return total
+
+
+def _inflated_size(data: bytes, layers: int, budget: int) -> int:
+    """Bytes ``data`` inflates to through ``layers`` Flate layers; stops
+    (returning more than ``budget``) as soon as the count passes it."""
+    decoders = [zlib.decompressobj() for _ in range(layers)]
+    total = 0
+
+    def feed(level: int, chunk: bytes) -> bool:  # False: past the budget, stop
+        nonlocal total
+        if level == layers:
+            total += len(chunk)
+            return total <= budget
+        decoder = decoders[level]
+        while True:
+            out = decoder.decompress(chunk, _INFLATE_CHUNK)
+            if out and not feed(level + 1, out):
+                return False
+            chunk = decoder.unconsumed_tail
+            if not out or (not chunk and len(out) < _INFLATE_CHUNK):
+                return True  # input used up (or the stream ended) and nothing more pending
+
+    feed(0, data)
+    return total
 
 
 def _has_font(page) -> bool:
@@ -391,5 +483,6 @@ if __name__ == "__main__":
     if len(sys.argv) == 2 and sys.argv[1] == "--zygote":
         sys.exit(_zygote_main())
     if len(sys.argv) == 5 and sys.argv[1] == "--child":
-        sys.exit(_child_main(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]))
+        sys.exit(_child_main(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4],
+                             ParseLimits().inflation_allowed(os.path.getsize(sys.argv[4]))))
     sys.exit(f"usage: {sys.argv[0]} --child CPU_SECONDS MEMORY_BYTES PATH")
