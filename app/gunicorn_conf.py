@@ -4,7 +4,8 @@ Environment: ``FLEETHQ_BIND`` (else ``0.0.0.0:$PORT`` if ``PORT`` is set, else
 127.0.0.1:8400), ``FLEETHQ_WEB_WORKERS``
 (or the conventional ``WEB_CONCURRENCY``; default 2), ``FLEETHQ_WEB_THREADS``
 (default 16), ``FLEETHQ_KEEPALIVE_S`` (idle keep-alive, default 75),
-``PROMETHEUS_MULTIPROC_DIR``.
+``FLEETHQ_HEADER_TIMEOUT_S`` (default 10) and ``FLEETHQ_BODY_IDLE_S``
+(default 60) (app/web_worker.py), ``PROMETHEUS_MULTIPROC_DIR``.
 """
 import os
 import shutil
@@ -18,7 +19,9 @@ bind = os.environ.get("FLEETHQ_BIND") or (
 workers = int(os.environ.get("FLEETHQ_WEB_WORKERS") or os.environ.get("WEB_CONCURRENCY") or 2)
 # Threads, not async workers: a long-polling claim (wait_ms up to 30 s) holds
 # one thread, so each worker process needs many of them.
-worker_class = "gthread"
+# gthread with a deadline on each read of a request (app/web_worker.py): a
+# client that trickles its header cannot hold a thread past 10 s.
+worker_class = "app.web_worker.BoundedReadsWorker"
 threads = int(os.environ.get("FLEETHQ_WEB_THREADS") or 16)
 timeout = 60
 # Idle keep-alive connections stay open this long (gunicorn's default is 2 s).
