@@ -8,7 +8,8 @@ thread of a default master (2 workers × 16), and nothing else was answered.
 Here:
 
 - the header of each request is gathered by the worker's poller, without a
-  thread, and handed to a thread only once it is complete (or larger than
+  thread (read at once when it has arrived, as it mostly has), and handed to
+  a thread only once it is complete (or larger than
   any ordinary header). It must be complete within
   ``FLEETHQ_HEADER_TIMEOUT_S`` (default 10 s) of the connection (or, on a
   kept-alive connection, of the request's first byte), like nginx's
@@ -67,7 +68,7 @@ class BoundedReadsWorker(ThreadWorker):
 
     def enqueue_req(self, conn):
         """A connection with a request to read: gather its header first
-        (the hand-over to a thread, once it is complete, is _on_header_bytes')."""
+        (the hand-over to a thread, once it is complete, is _read_header's)."""
         conn.fleethq_header_deadline = time.monotonic() + self.header_timeout_s
         if not self._gathers(conn):
             super().enqueue_req(conn)
@@ -75,7 +76,10 @@ class BoundedReadsWorker(ThreadWorker):
         conn.fleethq_head = bytearray()
         conn.sock.setblocking(False)
         self.gathering.append(conn)
-        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_header_bytes, conn))
+        # A kept-alive connection comes here because its request arrived:
+        # mostly the whole header is there already, and no poller round is needed.
+        if not self._read_header(conn):
+            self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_header_bytes, conn))
 
     def _gathers(self, conn) -> bool:
         if self.cfg.is_ssl or getattr(conn, "is_http2", False):
@@ -87,30 +91,39 @@ class BoundedReadsWorker(ThreadWorker):
         return not (conn.parser is not None and conn.parser.unreader.buf.getvalue())
 
     def _on_header_bytes(self, conn, sock):
+        self._read_header(conn)
+
+    def _read_header(self, conn) -> bool:
+        """Read what has arrived; True once the connection is no longer
+        gathering (its header went to a thread, or the client went away)."""
         try:
-            data = sock.recv(GATHER_LIMIT)
+            data = conn.sock.recv(GATHER_LIMIT)
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except OSError:
             data = b""
         if not data:  # the client went away before a whole header
             self._drop(conn)
-            return
+            return True
         head = conn.fleethq_head
         start = max(0, len(head) - len(END_OF_HEADER) + 1)
         head += data
         if END_OF_HEADER not in head[start:] and len(head) < GATHER_LIMIT:
-            return
-        self.poller.unregister(sock)
+            return False
+        self._unregister(conn)
         self.gathering.remove(conn)
         conn.data_ready = True  # handle() need not wait for data
         super().enqueue_req(conn)
+        return True
 
-    def _drop(self, conn, why: str | None = None):
+    def _unregister(self, conn):
         try:
             self.poller.unregister(conn.sock)
         except (KeyError, ValueError, OSError):
-            pass
+            pass  # not registered (yet)
+
+    def _drop(self, conn, why: str | None = None):
+        self._unregister(conn)
         self.gathering.remove(conn)
         if why:
             log.info("closing a connection from %s: %s", _peer(conn.client), why)
