@@ -624,3 +624,27 @@ def test_local_worker_finds_the_make_dev_stack_it_runs_beside(tmp_path, monkeypa
     assert _default_master_url(str(tmp_path)) == "http://127.0.0.1:8400"  # nothing answers there now
     monkeypatch.setenv("FLEETHQ_BIND", "0.0.0.0:9123")
     assert _default_master_url(str(tmp_path)) == "http://127.0.0.1:9123"
+
+
+def test_local_worker_prepare_only_makes_its_node_and_identity_and_exits(app, tmp_path):
+    """``--prepare-only``: what compose's one-shot fetcher-node runs (with
+    the database) so that the fetcher itself (without it) only runs the
+    worker program on the volume."""
+    import json
+
+    from tests.helpers import sql
+    runner = app.test_cli_runner()
+    args = ["fleet", "local-worker", "--volume", str(tmp_path / "fetcher"), "--master-url",
+            "http://web:8400", "--tier", "first", "--prepare-only"]
+    first = runner.invoke(args=args)
+    assert first.exit_code == 0, first.output
+    node = json.loads(first.output)
+    assert node["created"] is True and node["master"] == "http://web:8400"
+    identity = json.loads((tmp_path / "fetcher" / "identity.json").read_text())
+    assert identity["worker_id"] == node["worker_id"] and identity["registered"] is True
+    assert sql(app, "SELECT status, tier, local FROM fleet_nodes WHERE id = :i", i=node["worker_id"]) \
+        == [("active", "first", True)]
+    again = runner.invoke(args=args)
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.output)["worker_id"] == node["worker_id"]
+    assert json.loads(again.output)["created"] is False

@@ -58,7 +58,10 @@ def _compose() -> dict:
 PROCFILE = _procfile()
 COMPOSE = _compose()
 # Procfile process type -> compose service running it.
-SERVICES = {"release": "migrate", "web": "web", "tasks": "tasks", "fetcher": "fetcher", "consume": "consume"}
+# The Procfile's fetcher is two services in compose: fetcher-node runs its
+# command up to --prepare-only (with the master's settings), fetcher the
+# worker program it would then become (without them).
+SERVICES = {"release": "migrate", "web": "web", "tasks": "tasks", "fetcher": "fetcher-node", "consume": "consume"}
 # A clock of its own, besides the one each tasks process runs: the command
 # docs/deployment.md gives for a standby (or for FLEETHQ_TASKS_CLOCK=false).
 CLOCK = ["python", "-m", "tasks.clock"]
@@ -308,15 +311,17 @@ def test_compose_runs_the_procfile_commands():
     for process, service in SERVICES.items():
         command = compose_command(service)
         assert command[:len(PROCFILE[process])] == PROCFILE[process], (process, command)
-    # What compose adds: the fetcher's volume and master.
+    # What compose adds: the fetcher's volume and master, the same for both steps.
     assert compose_command("tasks") == PROCFILE["tasks"]
-    fetcher = compose_command("fetcher")
+    node, fetcher = compose_command("fetcher-node"), compose_command("fetcher")
+    assert "--prepare-only" in node
     web_port = COMPOSE["services"]["web"]["environment"]["FLEETHQ_BIND"].rsplit(":", 1)[1]
-    # The fetcher shares web's network namespace: its master is web over loopback.
-    assert COMPOSE["services"]["fetcher"]["network_mode"] == "service:web"
-    assert _option(fetcher, "--master-url") == f"http://127.0.0.1:{web_port}"
-    mounts = {v.split(":")[1] for v in COMPOSE["services"]["fetcher"]["volumes"]}
-    assert _option(fetcher, "--volume") in mounts
+    assert _option(node, "--master-url") == _option(fetcher, "--master") == f"http://web:{web_port}"
+    assert fetcher[:4] == ["python", "-m", "workers.runner.cli", "run"]  # the worker program alone
+    for service, argv in (("fetcher-node", node), ("fetcher", fetcher)):
+        mounts = {v.split(":")[1] for v in COMPOSE["services"][service]["volumes"]}
+        assert _option(argv, "--volume") in mounts
+    assert COMPOSE["services"]["fetcher-node"]["volumes"] == COMPOSE["services"]["fetcher"]["volumes"]
 
 
 # ------------------------------------------------------------------ release
@@ -378,21 +383,29 @@ def test_web_binds_every_interface_on_port_without_fleethq_bind(spawn, master_en
 def test_fetcher_creates_its_node_against_web_and_stops_cleanly(
         source, spawn, web, master_env, app, client, admin_token, tmp_path):
     from workers.runner.settings import default_client_version
-    env = master_env("fetcher")
+    # What compose gives the process that downloads: no master setting at all.
+    worker_env = compose_env("fetcher")
     # The project compose names, open to this worker program: the fetcher
     # then sits in its idle steady state, a long-polling claim.
-    pdf_project(Api(client, admin_token), env["FLEETHQ_PROJECTS"],
+    pdf_project(Api(client, admin_token), worker_env["FLEETHQ_PROJECTS"],
                 client_versions=[default_client_version()])
     wait_ready(web, web.url)
     if source == "compose":
         volume = tmp_path / "fetcher"
+        prepare = _with_option(_with_option(compose_command("fetcher-node"), "--volume", str(volume)),
+                               "--master-url", web.url)
+        done = subprocess.run(prepare, cwd=ROOT, env={**_base_env(), **master_env("fetcher-node")},
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-4000:]
         argv = _with_option(_with_option(compose_command("fetcher"), "--volume", str(volume)),
-                            "--master-url", web.url)
+                            "--master", web.url)
+        env = worker_env
     else:
         # The Procfile line has no flags: the volume is under the data dir and
         # the master is at FLEETHQ_BIND's port, which a Procfile platform
         # gives every process alike.
         argv = PROCFILE["fetcher"]
+        env = {**master_env("fetcher-node"), "FLEETHQ_PROJECTS": worker_env["FLEETHQ_PROJECTS"]}
         volume = Path(env["FLEETHQ_DATA_DIR"]) / "fetcher"
         env["FLEETHQ_BIND"] = web.url.removeprefix("http://")
     fetcher = spawn(argv, env, f"fetcher-{source}")

@@ -76,8 +76,12 @@ def _default_master_url(data_dir: str) -> str:
               help="The master over loopback; default http://127.0.0.1:<FLEETHQ_BIND port>, "
                    "else the make dev stack of this data directory.")
 @click.option("--name", default="local-fetcher", show_default=True, help="The node's display name.")
+@click.option("--prepare-only", is_flag=True,
+              help="Create (or find) the node and write its identity into the volume, then exit: "
+                   "the worker program runs apart, where the database is out of its reach "
+                   "(docker-compose.yml's fetcher-node and fetcher).")
 @click.argument("worker_args", nargs=-1, type=click.UNPROCESSED)
-def local_worker(tier, concurrency, volume, master_url, name, worker_args):
+def local_worker(tier, concurrency, volume, master_url, name, prepare_only, worker_args):
     """Run the worker program on the master host as the local fetcher.
 
     Creates and approves its node once, with the credential kept in its
@@ -111,6 +115,8 @@ def local_worker(tier, concurrency, volume, master_url, name, worker_args):
         store.save_identity(identity)
     store.close()  # fleethq-worker takes the lock again
     emit({**node, "volume": str(root), "master": master_url})
+    if prepare_only:
+        return
     db.session.remove()
     db.engine.dispose()  # the worker below has no database connection
     env = {k: v for k, v in os.environ.items() if k not in _NOT_FOR_THE_WORKER
