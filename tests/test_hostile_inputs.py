@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 import pytest
 import zstandard
 
-from tests.fleet_helpers import Node, decide, pdf_project
-from tests.helpers import VERSION, Api, api_error, body, db_rows, values
+from tests.helpers import VERSION, api_error, body, db_rows, values
 from tests.support.pages import sign_in
+from tests.support.world import world  # noqa: F401 (fixture)
 
 DEEP = "[" * 10_000 + "]" * 10_000
 CLAIM = "/api/v1/projects/p/jobs/claim"
@@ -32,53 +32,6 @@ SOURCE = "/api/v1/admin/projects/p/source"
 REGISTER = "/api/v1/fleet/register"
 HEARTBEAT = "/api/v1/fleet/heartbeat"
 GOOD_CLAIM = {"worker_id": "w1", "max_jobs": 1, "lease_seconds": 60}
-
-
-class World:
-    """What was accepted before each hostile request: a generic project with
-    jobs (one in flight), a pdf project with an approved node holding an
-    attempt, a worker-only user, a revoked user and a revoked node."""
-
-    def __init__(self, app, client, admin_token, make_user):
-        self.app, self.client = app, client
-        self.admin = admin_token
-        self.api = Api(client, admin_token)
-        self.api.put_project("p")
-        self.api.enqueue("p", values(3))
-        [self.job] = body(self.api.claim("p", max_jobs=1))["jobs"]
-        self.worker = make_user("wk", ["worker"])
-        self.revoked = make_user("gone", ["worker"])
-        assert self.api.call("DELETE", "/api/v1/admin/users/gone/machine-token").status_code == 204
-        pdf_project(self.api, "papers")
-        self.api.enqueue("papers", [{"value": "10.1234/hostile"}])
-        self.node = Node(client, app)
-        assert self.node.heartbeat().status_code == 200
-        [self.attempt] = body(self.node.claim("papers"))["jobs"]
-        self.revoked_node = Node(client, app)
-        decide(app, self.revoked_node.node_id, "revoke")
-
-    def token(self, who: str) -> str | None:
-        return {"admin": self.admin, "worker": self.worker, "revoked": self.revoked,
-                "node": self.node.secret, "revoked-node": self.revoked_node.secret,
-                "none": None}[who]
-
-    def snapshot(self) -> dict:
-        queries = {
-            "jobs": "SELECT id, state, attempts_count, resets FROM jobs ORDER BY id",
-            "attempts": "SELECT id, state FROM attempts ORDER BY id",
-            "uploads": "SELECT attempt_id, state, generation FROM uploads ORDER BY attempt_id",
-            "assets": "SELECT canonical_key FROM assets ORDER BY canonical_key",
-            "users": "SELECT id, roles, status FROM users ORDER BY id",
-            "tokens": "SELECT user_id, token_hash FROM machine_tokens ORDER BY user_id, token_hash",
-            "nodes": "SELECT id, status FROM fleet_nodes ORDER BY id",
-            "projects": "SELECT id, status, policy_version FROM projects ORDER BY id",
-        }
-        return {name: db_rows(self.app, sql) for name, sql in queries.items()}
-
-
-@pytest.fixture
-def world(app, client, admin_token, make_user):
-    return World(app, client, admin_token, make_user)
 
 
 def _zstd(data: bytes) -> bytes:
@@ -390,6 +343,22 @@ def test_a_forged_download_signature_is_refused_cleanly(world, sig):
     response = world.client.get("/api/v1/assets/pdf/some-key.pdf",
                                 query_string={"expires": str(int(time.time()) + 600), "sig": sig})
     api_error(response, 403, "permission_denied")
+    _still_answers(world)
+
+
+@pytest.mark.parametrize("path", ["/admin/projects/p%00", "/api/v1/admin/projects/p%00",
+                                  "/api/v1/admin/projects/p%00/hooks"])
+def test_a_nul_in_a_path_is_refused_before_any_lookup(world, path):
+    """PostgreSQL refuses NUL in text: a path naming one answered 500
+    (found by tests/test_input_property.py); now 400 in the envelope, and the
+    signed-in page the same refusal."""
+    sign_in(world.app, world.client)
+    before = world.snapshot()
+    response = world.client.get(path, headers={"Authorization": f"Bearer {world.admin}"})
+    assert response.status_code == 400, response.data[:300]
+    if path.startswith("/api/"):
+        assert api_error(response, 400, "invalid_request")["details"] == {"field": "project_id"}
+    assert world.snapshot() == before
     _still_answers(world)
 
 

@@ -7,7 +7,7 @@ from flask import current_app, make_response, request
 from werkzeug.exceptions import HTTPException
 
 from app.api.base import bp, error_response
-from app.errors import FleetError
+from app.errors import FleetError, InvalidRequest
 from app.extensions import use_fleet_pool
 
 __all__ = ["bp", "error_response", "init_app"]
@@ -85,6 +85,17 @@ def init_app(app) -> None:
         else:
             log.exception("unhandled error")
         return error_response(err) if _is_api() else ("internal error", 500)
+
+    @app.url_value_preprocessor
+    def _refuse_nul_in_paths(endpoint, values):
+        # No identifier holds a NUL, and PostgreSQL refuses one in any text
+        # value: a path naming one (%00) is answered here, before a look-up
+        # turns it into a database error. (Werkzeug already decoded the path
+        # as UTF-8, an invalid sequence as U+FFFD, so no lone surrogate
+        # reaches a view.) Pages and API alike.
+        for name, value in (values or {}).items():
+            if isinstance(value, str) and "\x00" in value:
+                raise InvalidRequest(f"{name} must not contain a NUL character", details={"field": name})
 
     @app.before_request
     def _route_worker_traffic():
