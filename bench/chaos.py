@@ -229,6 +229,9 @@ class Chaos:
         self.hooks = HookConsumer()
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
+        # Where the fleet reaches the master (bench/netfaults.py puts its
+        # faulty network there).
+        self.fleet_url = self.base
 
     def wait_redis(self) -> None:
         import redis
@@ -378,7 +381,7 @@ class Chaos:
             work = (["--task", "ocr", "--project", OCR_PROJECT, "--concurrency", "2"] if ocr else
                     ["--project", PDF_PROJECT, "--project", SCAN_PROJECT, "--concurrency", "3"])
             self.procs[name] = Proc(name, [
-                self.py, "-m", "workers.runner.cli", "run", "--master", self.base, "--volume", volume,
+                self.py, "-m", "workers.runner.cli", "run", "--master", self.fleet_url, "--volume", volume,
                 *work, "--name", name, *self.worker_args()], env, self.logs).start()
             identity = os.path.join(volume, "identity.json")
             wait_until(lambda: os.path.exists(identity) and json.load(open(identity)).get("registered"),
@@ -396,7 +399,7 @@ class Chaos:
             volume = self.volumes[name] = os.path.join(self.tmp, f"{name}-volume")
             self.procs[name] = Proc(name, [
                 self.py, "-m", "flask", "--app", "wsgi", "fleet", "local-worker", "--tier", "fallback",
-                "--volume", volume, "--master-url", self.base, "--name", name,
+                "--volume", volume, "--master-url", self.fleet_url, "--name", name,
                 "--concurrency", "2" if name == "fetcher" else "1", "--",
                 *work, *[a for a in self.worker_args() if a != "--allow-http"]],
                 {**self.master_env(name), **OCR_ENV}, self.logs).start()
@@ -405,8 +408,9 @@ class Chaos:
             for role in ("sdk", "raw"):
                 name = f"{role}-{i}"
                 self.procs[name] = Proc(name, [
-                    self.py, os.path.abspath(__file__), "--role", role, "--master", self.base,
-                    "--token", self.token, "--worker-id", f"{role[0]}{i}chaos"[:7]],
+                    self.py, os.path.abspath(__file__), "--role", role, "--master", self.fleet_url,
+                    "--token", self.token, "--worker-id", f"{role[0]}{i}chaos"[:7],
+                    *(["--complete-each"] if getattr(self.args, "complete_each", False) else [])],
                     self.worker_env(), self.logs).start()
                 self.fleet.append(name)
         log(f"fleet: {', '.join(self.fleet)}")
@@ -715,13 +719,15 @@ def raw_worker(args) -> int:
                 held = answer.json()["jobs"]
                 continue
             # The same report again after any failure: replays are idempotent.
+            # --complete-each: one request per job, as SavewebHQ's Go SDK does.
+            batch = held[:1] if args.complete_each else held
             answer = session.post(f"{base}/complete", timeout=30, json={
                 "worker_id": args.worker_id, "items": [
                     {"job_id": j["job_id"], "attempt_id": j["attempt_id"],
                      "outcome": {"kind": "success", "code": 200, "uri": None, "meta": {}},
-                     "artifact_receipts": []} for j in held]})
+                     "artifact_receipts": []} for j in batch]})
             if answer.status_code == 200:
-                held = []
+                held = held[len(batch):]
             else:
                 print(f"raw worker: complete {answer.status_code} {answer.text[:200]}", flush=True)
                 stop.wait(1)
@@ -750,6 +756,7 @@ def main() -> int:
     parser.add_argument("--master", help=argparse.SUPPRESS)
     parser.add_argument("--token", help=argparse.SUPPRESS)
     parser.add_argument("--worker-id", help=argparse.SUPPRESS)
+    parser.add_argument("--complete-each", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role:
         return (sdk_worker if args.role == "sdk" else raw_worker)(args)
