@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -70,7 +71,7 @@ class NetFaults(Chaos):
                 last = time.monotonic()
                 log(f"ops {self.history.count}, injected {dict(self.net.injected)}; "
                     + ", ".join(f"{k} {v}" for k, v in sorted(self.progress().items())))
-                if self.args.quick and set(self.faults) >= set(NET_FAULTS) and self.work_done():
+                if set(self.faults) >= set(NET_FAULTS) and self.work_done():
                     break
         stop.set()
         faults.join()
@@ -99,7 +100,7 @@ class NetFaults(Chaos):
     def run_net_faults(self, stop: threading.Event) -> None:
         kinds = list(NET_FAULTS)
         self.rng.shuffle(kinds)
-        low, high = (4, 8) if self.args.quick else (20, 60)
+        low, high = (4, 8) if self.args.quick else (60, 180)
         partition_s = (6, 10) if self.args.quick else (60, 150)
         while not stop.is_set():
             if stop.wait(self.rng.uniform(low, high)):
@@ -209,11 +210,15 @@ def main() -> int:
     defaults = ({"pdf_jobs": 80, "generic_jobs": 6000, "ocr_jobs": 3, "generic_workers": 1, "rate": 0.05,
                  "minutes": 1.5, "settle": 3}
                 if args.quick else
-                {"pdf_jobs": 2000, "generic_jobs": 200000, "ocr_jobs": 30, "generic_workers": 3, "rate": 0.03,
-                 "minutes": 20, "settle": 6})
+                # About a million recorded exchanges (most of them one
+                # completion per generic job), an hour or more on two cores.
+                {"pdf_jobs": 2000, "generic_jobs": 950000, "ocr_jobs": 30, "generic_workers": 6, "rate": 0.03,
+                 "minutes": 120, "settle": 10})
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    # A SIGTERM (a timeout around the run) still stops everything it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.faults = 0
     args.complete_each = True   # SavewebHQ's Go SDK pattern: one completion request per job
     run = NetFaults(args)

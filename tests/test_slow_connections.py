@@ -25,9 +25,11 @@ def server(app, database_url, tmp_path_factory):
     master = Gunicorn({"DATABASE_URL": database_url, "GUNICORN_CMD_ARGS": "", "FLEETHQ_WEB_WORKERS": "1",
                        "FLEETHQ_WEB_THREADS": "2", "FLEETHQ_HEADER_TIMEOUT_S": str(HEADER_S),
                        "FLEETHQ_BODY_IDLE_S": str(BODY_IDLE_S)}, log)
-    master.wait_ready()
-    yield master
-    master.stop()
+    try:
+        master.wait_ready()
+        yield master
+    finally:
+        master.stop()
 
 
 def connect(server) -> socket.socket:
