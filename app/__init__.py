@@ -37,10 +37,11 @@ def create_app(config: dict | None = None, *, check_schema: bool = True,
     ops_logging.init_app(app)
 
     db.init_app(app)
-    from app.extensions import ping_idle_connections
+    from app.extensions import ping_idle_connections, transactional_checkouts
     with app.app_context():
         for engine in db.engines.values():
             ping_idle_connections(engine)
+            transactional_checkouts(engine)
     migrate.init_app(app, db, directory=_migrations_dir())
 
     # Import the models so that metadata (migrations, drift test) sees every table.

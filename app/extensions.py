@@ -148,6 +148,25 @@ def changed(statement, params: dict | None = None) -> int:
 PING_AFTER_IDLE_S = 2.0
 
 
+def transactional_checkouts(engine) -> None:
+    """Every connection ``engine``'s pool hands out is in transactional mode.
+
+    The hot path (app/api/hot_path.py) and ``statements_commit_alone`` put
+    connections in autocommit and restore them; a connection that came back
+    to the pool still in autocommit by any other way would make the next
+    request's statements commit one by one — its row locks gone at once, a
+    failure half-way leaving half a transition (once seen: a skipped OCR
+    attempt marked done whose hook delivery never closed, and a
+    ``SAVEPOINT can only be used in transaction blocks`` error). psycopg
+    changes nothing when the mode is already off."""
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "checkout")
+    def _transactional(dbapi_connection, record, proxy):
+        if getattr(dbapi_connection, "autocommit", False):
+            dbapi_connection.autocommit = False
+
+
 def ping_idle_connections(engine) -> None:
     """Install the idle-only liveness check on ``engine``'s pool."""
     import time

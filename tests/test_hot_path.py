@@ -242,3 +242,31 @@ def test_the_access_log_has_the_hot_paths_requests(app, worker, caplog):
     assert response.status_code == 200 and response.headers["X-Request-ID"] == "req-hot-1"
     lines = [r for r in caplog.records if r.name == "fleethq.access"]
     assert len(lines) == 1 and lines[0].status == 200 and lines[0].duration_ms >= 0
+
+
+def test_a_connection_back_in_the_pool_in_autocommit_serves_the_next_request_transactionally(app):
+    """Whatever put a pooled connection in autocommit (the hot path and the
+    completion route do on purpose, and restore it), the next request's
+    session runs in a transaction: a SAVEPOINT works and a rollback undoes
+    its statements. (Once seen under load: a skipped OCR attempt committed
+    half-way, "SAVEPOINT can only be used in transaction blocks".)"""
+    from sqlalchemy import text
+
+    from app.extensions import FLEET_BIND, db, use_fleet_pool
+    with app.app_context():
+        engine = db.engines[FLEET_BIND]
+        # Every idle one (the hot path keeps a few of its own checked out).
+        leaked = [engine.raw_connection() for _ in range(max(1, engine.pool.checkedin()))]
+        for pooled in leaked:
+            pooled.driver_connection.autocommit = True
+            pooled.close()
+    with app.test_request_context("/api/v1/fleet/attempts/1/skip", method="POST"):
+        use_fleet_pool()
+        db.session.execute(text("CREATE TEMP TABLE IF NOT EXISTS leak_probe (n int)"))
+        with db.session.begin_nested():   # SAVEPOINT: refused outside a transaction
+            db.session.execute(text("INSERT INTO leak_probe VALUES (1)"))
+        assert db.session.connection().connection.driver_connection.autocommit is False
+        db.session.rollback()
+        db.session.execute(text("CREATE TEMP TABLE IF NOT EXISTS leak_probe (n int)"))
+        assert db.session.execute(text("SELECT count(*) FROM leak_probe")).scalar() == 0
+        db.session.remove()
