@@ -217,8 +217,12 @@ def main() -> int:
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    # A SIGTERM (a timeout around the run) still stops everything it started.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # A SIGTERM (a timeout around the run) still stops everything it started;
+    # a second one (timeout(1) forwards its own) must not cut that short.
+    def stop_on_term(*_):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        sys.exit(143)
+    signal.signal(signal.SIGTERM, stop_on_term)
     args.faults = 0
     args.complete_each = True   # SavewebHQ's Go SDK pattern: one completion request per job
     run = NetFaults(args)
