@@ -9,13 +9,15 @@ install: $(VENV)/.installed
 
 # Debian packages the browser, page and OCR work needs: Chromium (Playwright
 # cannot download browsers here), a CJK font (the Chinese pages' screenshots)
-# Tesseract 5 with the English, Polish and orientation (osd) packs, and
-# PgBouncer (the transaction-pooler tests). Only what is missing is installed; without root
+# Tesseract 5 with the English, Polish and orientation (osd) packs,
+# PgBouncer (the transaction-pooler tests) and nginx (the documented reverse
+# proxy, run by tests/test_proxy_config.py). Only what is missing is installed; without root
 # make stops at once with the one apt-get line to run as root.
 SYSTEM_PACKAGES_MISSING = $(strip \
 	$(if $(shell command -v chromium),,chromium) \
 	$(if $(shell command -v tesseract),,tesseract-ocr) \
 	$(if $(wildcard /usr/sbin/pgbouncer),,pgbouncer) \
+	$(if $(wildcard /usr/sbin/nginx),,nginx-light) \
 	$(if $(wildcard /usr/share/fonts/truetype/wqy/wqy-zenhei.ttc),,fonts-wqy-zenhei) \
 	$(foreach pack,eng osd pol,$(if $(wildcard /usr/share/tesseract-ocr/5/tessdata/$(pack).traineddata),,tesseract-ocr-$(pack))))
 
