@@ -126,3 +126,18 @@ def install_user(app, user_id: str, roles: list[str], token: str) -> None:
     with app.app_context():
         accounts.put_user_and_token(user_id, roles, token)
         db.session.remove()
+
+
+def one_job_project(app, url: str, directory: Path, project: str) -> str:
+    """An admin and a worker installed as SavewebHQ's README makes them, and
+    ``project`` put through ``url`` with one job (``j1``) in it: returns the
+    worker's token."""
+    from tests.savewebhq_wire import Wire, admin_path, project_body
+    _, admin = token_file(directory, "admin")
+    _, worker = token_file(directory, "worker")
+    install_user(app, "hq-admin", ["admin"], admin)
+    install_user(app, "hq-worker", ["worker"], worker)
+    setup = Wire(url, admin)
+    assert setup.put(admin_path(project), project_body()).status in (200, 201)
+    assert setup.post(admin_path(project, "/jobs"), {"jobs": [{"id": "j1", "value": "v1"}]}).status == 200
+    return worker

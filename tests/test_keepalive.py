@@ -10,8 +10,7 @@ from __future__ import annotations
 import time
 
 from tests.gunicorn_master import Gunicorn
-from tests.savewebhq_programs import CLIENT_VERSION, install_user, python_sdk, token_file
-from tests.savewebhq_wire import Wire, admin_path, project_body
+from tests.savewebhq_programs import CLIENT_VERSION, one_job_project, python_sdk
 
 PAUSE_S = 65  # longer than SavewebHQ's own idle keep-alive (60 s)
 
@@ -23,13 +22,7 @@ def test_a_connection_idle_longer_than_savewebhqs_keep_alive_still_serves(app, d
     server = Gunicorn({"DATABASE_URL": database_url, "GUNICORN_CMD_ARGS": ""}, tmp_path / "gunicorn.log")
     try:
         server.wait_ready()
-        _, admin = token_file(tmp_path, "admin")
-        _, worker = token_file(tmp_path, "worker")
-        install_user(app, "hq-admin", ["admin"], admin)
-        install_user(app, "hq-worker", ["worker"], worker)
-        setup = Wire(server.url, admin)
-        assert setup.put(admin_path("slow-work"), project_body()).status in (200, 201)
-        assert setup.post(admin_path("slow-work", "/jobs"), {"jobs": [{"id": "j1", "value": "v1"}]}).status == 200
+        worker = one_job_project(app, server.url, tmp_path, "slow-work")
         config = sdk.Config(server.url, worker, CLIENT_VERSION, allow_http_tracker=True)
         with sdk.open_project_queue(config, "slow-work") as queue:
             job = queue.claim(max_jobs=1)["jobs"][0]

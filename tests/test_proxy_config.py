@@ -33,8 +33,7 @@ from cryptography.x509.oid import NameOID
 
 from tests.conftest import free_port
 from tests.gunicorn_master import Gunicorn
-from tests.savewebhq_programs import CLIENT_VERSION, install_user, python_sdk, token_file
-from tests.savewebhq_wire import Wire, admin_path, project_body
+from tests.savewebhq_programs import CLIENT_VERSION, one_job_project, python_sdk
 
 DEPLOYMENT_DOC = Path(__file__).resolve().parent.parent / "docs" / "deployment.md"
 HEADER_DEADLINE_S = 10   # client_header_timeout in the documented block
@@ -214,13 +213,7 @@ def test_the_documented_proxy_keeps_a_workers_connection_and_cuts_slow_clients(a
     # default TLS context, requests through its own variable.
     monkeypatch.setenv("SSL_CERT_FILE", str(proxy.cert))
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(proxy.cert))
-    _, admin = token_file(tmp_path, "admin")
-    _, worker = token_file(tmp_path, "worker")
-    install_user(app, "hq-admin", ["admin"], admin)
-    install_user(app, "hq-worker", ["worker"], worker)
-    setup = Wire(proxy.url, admin)
-    assert setup.put(admin_path("through-proxy"), project_body()).status in (200, 201)
-    assert setup.post(admin_path("through-proxy", "/jobs"), {"jobs": [{"id": "j1", "value": "v1"}]}).status == 200
+    worker = one_job_project(app, proxy.url, tmp_path, "through-proxy")
 
     config = sdk.Config(proxy.url, worker, CLIENT_VERSION)
     with sdk.open_project_queue(config, "through-proxy") as queue:
