@@ -172,11 +172,12 @@ def test_waiting_claim_takes_a_job_when_its_retry_backoff_ends(admin, live_serve
     assert 0.5 <= waiter.elapsed < 6.0
 
 
+@pytest.mark.parametrize("ending", ["complete", "permanent failure"])
 def test_waiting_claim_wakes_when_a_finished_attempt_frees_in_flight_capacity(
-        admin, live_server, admin_token):
+        admin, live_server, admin_token, ending):
     """With max_in_flight reached, jobs are waiting but not claimable; when a
-    live attempt completes, a slot is free and the waiting claim must get the
-    next job then, not when its wait_ms runs out."""
+    live attempt ends (done, or failed for good), a slot is free and the
+    waiting claim must get the next job then, not when its wait_ms runs out."""
     admin.put_project("p", max_in_flight=1)
     admin.enqueue("p", values(2))
     [first] = admin.claim("p", worker_id="first", max_jobs=5).json()["jobs"]
@@ -184,7 +185,11 @@ def test_waiting_claim_wakes_when_a_finished_attempt_frees_in_flight_capacity(
     waiter = Waiter(live_server, admin_token, "p", wait_ms=10_000, worker_id="second").start()
     time.sleep(0.5)
     assert waiter.running()  # the cap holds the second job back
-    [r] = admin.complete("p", [first], worker_id="first").json()["results"]
+    if ending == "complete":
+        [r] = admin.complete("p", [first], worker_id="first").json()["results"]
+    else:
+        [r] = admin.fail("p", [first], worker_id="first", retryable=False).json()["results"]
+        assert r["job_status"] == "failed"
     assert r["status"] == "applied"
     completed_at = time.monotonic()
 
