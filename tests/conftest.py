@@ -8,6 +8,7 @@ service never skip.
 from __future__ import annotations
 
 import os
+import random
 import socket
 import threading
 import uuid
@@ -207,7 +208,37 @@ def redis_url():
     return REDIS_URL
 
 
+def _outgoing_ports_start() -> int:
+    """The first port the kernel gives outgoing connections (Linux's range)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_PORTS = random.Random()   # seeded afresh in each test process
+
+
 def free_port() -> int:
+    """A loopback port nothing listens on, for a server a test starts.
+
+    Taken below the kernel's range for outgoing connections: a port the
+    kernel hands out (a bind to port 0) can become, moments later, the local
+    end of some process's connection to PostgreSQL, Redis or a proxy's
+    upstream, and the server then cannot bind it for as long as that
+    connection lives (seen: the docs' dev stack lost its port for minutes).
+    """
+    start = _outgoing_ports_start()
+    if start > 20000:
+        for _ in range(200):
+            port = _PORTS.randrange(20000, start)
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
