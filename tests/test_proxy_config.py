@@ -33,6 +33,7 @@ from cryptography.x509.oid import NameOID
 
 from tests.conftest import free_port
 from tests.gunicorn_master import Gunicorn
+from tests.support.sockets import closed_by_server
 from tests.savewebhq_programs import CLIENT_VERSION, one_job_project, python_sdk
 
 DEPLOYMENT_DOC = Path(__file__).resolve().parent.parent / "docs" / "deployment.md"
@@ -190,19 +191,6 @@ def sent(sock: ssl.SSLSocket, data: bytes) -> bool:
         return True
     except OSError:
         return False
-
-
-def closed_by_server(sock: socket.socket, within_s: float) -> bool:
-    """True once the proxy closes (EOF or reset), reading whatever it sent."""
-    sock.settimeout(within_s)
-    try:
-        while sock.recv(65536):
-            pass
-        return True
-    except TimeoutError:
-        return False
-    except OSError:
-        return True
 
 
 def test_the_documented_proxy_keeps_a_workers_connection_and_cuts_slow_clients(app, proxied, tmp_path,

@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from tests.gunicorn_master import Gunicorn
+from tests.support.sockets import closed_by_server
 
 HEADER_S, BODY_IDLE_S = 2, 2
 
@@ -34,19 +35,6 @@ def server(app, database_url, tmp_path_factory):
 
 def connect(server) -> socket.socket:
     return socket.create_connection(("127.0.0.1", server.port), timeout=30)
-
-
-def closed_by_server(sock: socket.socket, within_s: float) -> bool:
-    """True once the server closes (EOF or reset), reading whatever it sent."""
-    sock.settimeout(within_s)
-    try:
-        while sock.recv(65536):
-            pass
-        return True
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
 
 
 def read_answer(sock: socket.socket) -> bytes:
