@@ -4,13 +4,10 @@ A batch is staged with ``COPY`` into a temporary table and inserted from
 there with ``ON CONFLICT DO NOTHING``: far cheaper per row than parameter
 arrays, and the same path serves API batches and streamed source imports.
 Rows that already existed are compared field by field; any difference is an
-``identity_conflict`` and the whole batch rolls back. A project without
-identities (``none``) has nothing to compare: its batches are copied
-straight into ``jobs``.
+``identity_conflict`` and the whole batch rolls back.
 """
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
 from sqlalchemy import text
@@ -35,7 +32,7 @@ _CONFLICT_TARGET = {
     "external_id": ("ext_id", "ON CONFLICT (project_id, ext_id) WHERE ext_id IS NOT NULL DO NOTHING"),
     "unique_value": ("value_sha256",
                      "ON CONFLICT (project_id, value_sha256) WHERE value_sha256 IS NOT NULL DO NOTHING"),
-    "none": (None, ""),   # not staged: copied straight into jobs (insert_batch)
+    "none": (None, ""),
 }
 
 # No task deadline yet: it starts at the job's first claim (DESIGN §5), so a
@@ -164,37 +161,24 @@ def insert_batch(project: Project, specs: list[dict], *, offset: int = 0,
     kept = collapse_duplicates(specs, mode, offset)
     if not kept:
         return EnqueueResult(len(specs), 0)
-
-    def job_fields(index: int, spec: dict) -> tuple:
-        attr = spec.get("attr")
-        return (spec["value"], spec["type"], spec.get("via"), spec.get("hops"),
-                compact_json(attr) if attr is not None else None, spec.get("random_key"),
-                None if document_runs else _site_key(spec, index))
-
     conn = db.session.connection()
+    conn.exec_driver_sql(_STAGE_DDL)
     raw = conn.connection.driver_connection
     assert raw is not None  # a checked-out connection always has its driver's
-    if mode == "none":
-        # Without an identity nothing can conflict: the rows are copied
-        # straight into jobs, in the batch's order (PostgreSQL inserts them
-        # while the rest are still being built), with no staging pass.
-        with raw.cursor() as cur:
-            with cur.copy("COPY jobs (project_id, value, type, via, hops, attr, random_key, site_key) "
-                          "FROM STDIN") as copy:
-                for index, spec in kept:
-                    value, type_, via, hops, attr, random_key, site_key = job_fields(index, spec)
-                    if random_key is None:
-                        random_key = random.getrandbits(32) - 2**31
-                    copy.write_row((project.id, value, type_, via, hops, attr, random_key, site_key))
-        return EnqueueResult(len(specs), len(kept))
-    conn.exec_driver_sql(_STAGE_DDL)
     with raw.cursor() as cur:
         with cur.copy("COPY job_stage (seq, ext_id, value_sha256, value, type, via, hops, attr, "
                       "random_key, site_key) FROM STDIN") as copy:
             for index, spec in kept:
-                copy.write_row((index, spec.get("id"),
-                                value_digest(spec["value"]) if mode == "unique_value" else None,
-                                *job_fields(index, spec)))
+                attr = spec.get("attr")
+                copy.write_row((
+                    index,
+                    spec.get("id"),
+                    value_digest(spec["value"]) if mode == "unique_value" else None,
+                    spec["value"], spec["type"], spec.get("via"), spec.get("hops"),
+                    compact_json(attr) if attr is not None else None,
+                    spec.get("random_key"),
+                    None if document_runs else _site_key(spec, index),
+                ))
     key, on_conflict = _CONFLICT_TARGET[mode]
     inserted = changed(text(_INSERT.format(on_conflict=on_conflict)),
                                   {"p": project.id})
