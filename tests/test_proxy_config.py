@@ -16,7 +16,6 @@ import datetime
 import ipaddress
 import os
 import shutil
-import signal
 import socket
 import ssl
 import select
@@ -33,6 +32,7 @@ from cryptography.x509.oid import NameOID
 
 from tests.conftest import free_port
 from tests.gunicorn_master import Gunicorn
+from tests.helpers import stop_group
 from tests.support.sockets import closed_by_server
 from tests.savewebhq_programs import CLIENT_VERSION, one_job_project, python_sdk
 
@@ -118,7 +118,7 @@ http {{
         checked = subprocess.run([*args, "-t"], capture_output=True, text=True)
         assert checked.returncode == 0, f"nginx refuses the documented block:\n{checked.stderr}"
         self.proc = subprocess.Popen([*args, "-g", "daemon off;"], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
 
     def wait_ready(self, deadline_s: float = 20):
         deadline = time.monotonic() + deadline_s
@@ -137,13 +137,7 @@ http {{
         return path.read_text(errors="replace")[-4000:] if path.exists() else ""
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGQUIT)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_group(self.proc, 20)   # the master and its worker
 
 
 @pytest.fixture

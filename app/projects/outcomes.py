@@ -116,6 +116,21 @@ _GUARD = """j.id = i.job_id AND j.id = ANY(CAST(:job_ids AS bigint[]))
     AND j.state = 'wip' AND j.worker_id = :w AND j.worker_owner IS NOT DISTINCT FROM :o
     AND j.lease_expires_at > now() /*caller's guard*/"""
 
+
+def _waking(condition: str) -> str:
+    """An outcome statement's last CTE: it wakes the waiting claims
+    (app.projects.wakeups) when ``condition`` holds for a moved row, in the
+    same statement, with no second round trip on the requests workers send
+    most. A capped project's claims wait on any attempt that ends (a slot
+    is free). The statement reads it through ``_WOKEN``."""
+    return f"""woken AS (
+    SELECT pg_notify(:wake_channel, :p) FROM upd WHERE {condition} LIMIT 1
+)"""
+
+
+# In the statement's last FROM: a CTE that nothing reads is not run.
+_WOKEN = "(SELECT count(*) FROM woken) AS woken_run"
+
 _COMPLETE_SQL = f"""
 WITH i AS (
     SELECT t.*, {_ATTEMPT_OF} AS attempt_id
@@ -128,8 +143,8 @@ WITH i AS (
 ), att AS (
     UPDATE attempts a SET state = 'done', finished_at = now(), outcome = upd.payload
     FROM upd WHERE a.id = upd.attempt_id
-)
-SELECT id, attempt_ref FROM upd
+), {_waking(":capped")}
+SELECT id, attempt_ref FROM upd, {_WOKEN}
 """
 
 _FAIL_SQL = f"""
@@ -155,14 +170,8 @@ WITH i AS (
 ), att AS (
     UPDATE attempts a SET state = 'failed', finished_at = now(), error = upd.payload
     FROM upd WHERE a.id = upd.attempt_id
-), woken AS (
-    -- A job back in the queue (or, in a capped project, any freed slot)
-    -- wakes the waiting claims (app.projects.wakeups) in this same
-    -- statement: no second round trip on the retryable fails workers send.
-    SELECT pg_notify(:wake_channel, :p) FROM upd WHERE upd.state = 'todo' OR :capped LIMIT 1
-)
--- count(*) makes woken run (a CTE that is not read is not run).
-SELECT id, attempt_ref, state, site_key, payload FROM upd, (SELECT count(*) FROM woken) AS w
+), {_waking("upd.state = 'todo' OR :capped")}
+SELECT id, attempt_ref, state, site_key, payload FROM upd, {_WOKEN}
 """
 
 _EXTEND_SQL = f"""
@@ -213,8 +222,8 @@ def _explain_rejections(run: Statements, project_id: str, worker: Worker, pendin
     if not pending:
         return
     rows = run.rows(_EXPLAIN_SQL, {
-        "job_ids": [job_id for (job_id, _) in pending],
-        "attempt_ids": [ref for (_, ref) in pending]}, named=True)
+        "job_ids": _bigint_array(job_id for (job_id, _) in pending),
+        "attempt_ids": _text_array(ref for (_, ref) in pending)}, named=True)
     by_item = {(r.job_id, r.attempt_ref): r for r in rows}
     for key, result in pending.items():
         row = by_item.get(key)
@@ -238,15 +247,16 @@ def _json_array(payloads: dict, unique: list[dict]) -> str:
     return json.dumps([payloads[(it["job_id"], it["attempt_id"])] for it in unique])
 
 
-def _capped(project: ProjectView) -> bool:
-    return project.max_in_flight is not None or project.max_worker_in_flight is not None
+def _wake_params(project: ProjectView) -> dict:
+    """The parameters of ``_waking``."""
+    return {"wake_channel": wakeups.CHANNEL,
+            "capped": project.max_in_flight is not None or project.max_worker_in_flight is not None}
 
 
 def _run_outcome(project: ProjectView, worker: Worker, items: list[dict], sql: str, params: dict,
                  ended_as: str | None, payloads: dict, moved=lambda rows: None,
-                 run: Statements = IN_SESSION, wakes_itself: bool = False) -> list[dict]:
-    """``moved``: called with the rows the statement moved, before the commit.
-    ``wakes_itself``: the statement sends the wake-up for what it released."""
+                 run: Statements = IN_SESSION) -> list[dict]:
+    """``moved``: called with the rows the statement moved, before the commit."""
     unique = _dedupe(items)
     results = {(it["job_id"], it["attempt_id"]): ItemResult(it["job_id"], it["attempt_id"])
                for it in unique}
@@ -263,9 +273,6 @@ def _run_outcome(project: ProjectView, worker: Worker, items: list[dict], sql: s
         else:
             result.job_status = "wip"
             result.lease_expires_at = row[2]
-    # A finished attempt frees a slot of a capped project: waiting claimers may go on.
-    if not wakes_itself and rows and ended_as is not None and _capped(project):
-        run.rows(wakeups.NOTIFY_SQL, wakeups.notify_params(project.id))
     if run.guard and len(rows) < len(unique):
         run.commit()
         raise Unconfirmed(f"{len(rows)} of {len(unique)} items moved")
@@ -287,7 +294,8 @@ def complete(project: ProjectView, worker: Worker, items: list[dict],
         for it in unique}
     job_ids, attempt_ids = _parse_ids(unique)
     params = {"job_ids": job_ids, "attempt_ids": attempt_ids,
-              "payloads": _json_array(payloads, unique)}
+              "payloads": _json_array(payloads, unique),
+              **_wake_params(project)}
     return _run_outcome(project, worker, items, _COMPLETE_SQL, params, "done", payloads, run=run)
 
 
@@ -311,14 +319,13 @@ def fail(project: ProjectView, worker: Worker, items: list[dict],
               "no_charge": _boolean_array(_code(it) in NOT_THE_JOBS_FAULT for it in unique),
               "payloads": _json_array(payloads, unique),
               "max_resets": project.max_resets, "backoff": float(project.retry_backoff_seconds),
-              "wake_channel": wakeups.CHANNEL, "capped": _capped(project)}
+              **_wake_params(project)}
 
     def pause_sites(rows) -> None:
         for row in rows:
             if row[3] is not None and _code(row[4]) in SITE_PUSHBACK:
                 pushback.report(row[3], row[4]["error"], worker.worker_id)
-    return _run_outcome(project, worker, items, _FAIL_SQL, params, "failed", payloads, pause_sites, run,
-                        wakes_itself=True)
+    return _run_outcome(project, worker, items, _FAIL_SQL, params, "failed", payloads, pause_sites, run)
 
 
 def pauses_sites(items: list[dict]) -> bool:
