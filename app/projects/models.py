@@ -119,8 +119,10 @@ class Job(Model):
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    project_id: Mapped[str] = mapped_column(
-        String(128), ForeignKey("projects.id", ondelete="CASCADE"), nullable=False)
+    # A project's jobs are kept by triggers, not a foreign key: the check and
+    # the lock of the project row run once per INSERT statement instead of
+    # once per row, and deleting a project deletes its jobs (migration 0026).
+    project_id: Mapped[str] = mapped_column(String(128), nullable=False)
     ext_id = mapped_column(Text)
     value_sha256 = mapped_column(LargeBinary)
     value: Mapped[str] = mapped_column(Text, nullable=False)
