@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 
+import psycopg
 import pytest
 from werkzeug.test import Client
 
+from app.api.hot_batches import Batches
 from app.api.hot_path import HotPath
 from tests.helpers import Api, db_rows, sql, values
 from tests.support.metrics import samples, value
@@ -270,3 +274,54 @@ def test_a_connection_back_in_the_pool_in_autocommit_serves_the_next_request_tra
         db.session.execute(text("CREATE TEMP TABLE IF NOT EXISTS leak_probe (n int)"))
         assert db.session.execute(text("SELECT count(*) FROM leak_probe")).scalar() == 0
         db.session.remove()
+
+
+def test_completions_arriving_while_the_workers_statement_runs_share_the_next_one(
+        app, client, worker, api, database_url, handed_on):
+    """The Go SDK's rhythm: one request per job, several at once. The first
+    completion's statement is held (another transaction locks its job); the
+    four that arrive meanwhile go in one statement, each answered its own."""
+    api.enqueue("hp", values(2, prefix="more"))
+    jobs = _claim(worker, 5)
+    hot = app.wsgi_app
+    line = hot._batches["complete"]
+    assert isinstance(line, Batches)
+    parsed = samples(client.get("/metrics").text)
+    before = {bound: value(parsed, "fleethq_hot_path_requests_per_statement_bucket", route="complete", le=bound) or 0
+              for bound in ("1.0", "2.0", "4.0")}
+    answers: dict[int, object] = {}
+
+    def complete(index: int) -> None:
+        answers[index] = Api(app.test_client(), worker.headers["Authorization"].removeprefix("Bearer ")
+                             ).complete("hp", [jobs[index]])
+    handed_on.clear()
+    with psycopg.connect(database_url) as holder:
+        holder.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (jobs[0]["job_id"],))
+        first = threading.Thread(target=complete, args=(0,))
+        first.start()
+        deadline = time.monotonic() + 10
+        while not holder.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                 "AND datname = current_database()").fetchone()[0]:
+            assert time.monotonic() < deadline, "the first completion never reached the locked job"
+            time.sleep(0.01)
+        later = [threading.Thread(target=complete, args=(i,)) for i in range(1, 5)]
+        for thread in later:
+            thread.start()
+        while len(line._lines[next(iter(line._lines))].waiting) < 4:
+            assert time.monotonic() < deadline, "the later completions did not wait for the first"
+            time.sleep(0.01)
+        holder.rollback()
+    for thread in [first, *later]:
+        thread.join(10)
+    assert handed_on == [], "all five were answered by the hot path"
+    for index, job in enumerate(jobs):
+        assert answers[index].status_code == 200
+        assert answers[index].json == {"results": [{"job_id": job["job_id"], "attempt_id": job["attempt_id"],
+                                                    "status": "applied", "job_status": "done",
+                                                    "lease_expires_at": None, "error": None}]}
+    assert api.counts("hp")["done"] == 5
+    parsed = samples(client.get("/metrics").text)
+    after = {bound: value(parsed, "fleethq_hot_path_requests_per_statement_bucket", route="complete", le=bound)
+             for bound in ("1.0", "2.0", "4.0")}
+    assert after["1.0"] - before["1.0"] == 1, "the first ran alone"
+    assert (after["4.0"] - before["4.0"]) - (after["2.0"] - before["2.0"]) == 1, "the other four ran together"

@@ -12,7 +12,9 @@ statements (``app.projects.outcomes``, run on a fleet-pool connection that
 commits each statement) and the same answer, byte for byte but for the
 request id. A worker's look-up (token, user, project) is remembered per
 process; the write re-checks it in the same statement (``_STILL_AUTHORIZED``),
-so a plain request is one statement.
+so a plain request is at most one statement, and requests of one worker that
+arrive while its previous statement runs share the next one
+(``app.api.hot_batches``).
 
 Plain means: a well-formed JSON body the route's schema accepts, a token
 worker's machine token stored under FleetHQ's digest, an active user with
@@ -50,12 +52,12 @@ from psycopg.pq import TransactionStatus
 
 from app.accounts import service as accounts
 from app.accounts import tokens
-from app.api import API_CACHE_CONTROL, NO_SNIFF, auth, jobs
+from app.api import API_CACHE_CONTROL, NO_SNIFF, auth, hot_batches, jobs
 from app.api import validate as v
 from app.extensions import FLEET_BIND, db, driver_rows
 from app.fleet.service import NODE_SECRET_PREFIX
 from app.ops import logging as ops_logging
-from app.ops.metrics import observe_request
+from app.ops.metrics import HOT_PATH_BATCH, observe_request
 from app.projects import outcomes
 from app.projects.leasing import Worker
 from app.projects.service import ProjectView, view_from_named
@@ -69,6 +71,7 @@ _ROUTES = {
     "fail": (jobs.FAIL, jobs.fail_checked, "/api/v1/projects/<project_id>/jobs/fail"),
     "extend-lease": (jobs.EXTEND, jobs.extend_checked, "/api/v1/projects/<project_id>/jobs/extend-lease"),
 }
+_MAX_ITEMS = 256   # the routes' own limit on items per request (app.api.jobs)
 _PATH = re.compile(r"\A/api/v1/projects/([^/]+)/jobs/(complete|fail|extend-lease)\Z")
 
 
@@ -119,6 +122,10 @@ class HotPath:
         self._kept: list[tuple[Any, outcomes.Statements]] = []
         self._body_limit = app.config["API_BODY_LIMIT"]
         self._access_log = bool(app.config.get("ACCESS_LOG", False))
+        # Requests of one worker arriving together share a statement, at
+        # most as many items as one request may carry.
+        self._batches = {route: hot_batches.Batches(_MAX_ITEMS, HOT_PATH_BATCH.labels(route).observe)
+                         for route in _ROUTES}
 
     def __call__(self, environ, start_response):
         match = _PATH.match(environ.get("PATH_INFO", ""))
@@ -173,7 +180,7 @@ class HotPath:
         worker_id = raw.get("worker_id") if isinstance(raw, dict) else None
         if not is_identifier(worker_id):
             return None
-        schema, serve, _ = _ROUTES[route]
+        schema = _ROUTES[route][0]
         try:
             body = v.check(raw, schema)
         except v.InvalidRequest:
@@ -184,32 +191,50 @@ class HotPath:
                    or environ.get("HTTP_X_SAVEWEBHQ_CLIENT_VERSION"))
         token_hash = tokens.digest(token)
         key = (token_hash, project_id, worker_id)
-        with self._statements() as run:
-            call = self._calls.get(key)
-            if call is None or call.expires < time.monotonic():
+        call = self._calls.get(key)
+        if call is None or call.expires < time.monotonic():
+            with self._statements() as run:
                 call = self._look_up(run, token, project_id, worker_id)
-                if call is None:
-                    return None
-                if len(self._calls) >= _MAX_CALLS:
-                    self._calls.clear()
-                self._calls[key] = call
-            project = call.project
-            if version is None or version not in project.client_versions \
-                    or (route == "complete" and project.kind != "generic"):
+            if call is None:
                 return None
+            if len(self._calls) >= _MAX_CALLS:
+                self._calls.clear()
+            self._calls[key] = call
+        project = call.project
+        if version is None or version not in project.client_versions \
+                or (route == "complete" and project.kind != "generic"):
+            return None
+        extend_seconds = body.get("extend_seconds")
+        results = self._batches[route].submit(
+            (key, call.project_row_version, extend_seconds), body["items"],
+            functools.partial(self._write, route, key, call, extend_seconds))
+        if results is None:
+            return None
+        # Flask's JSON answer, exactly: compact, ASCII, a newline at the end.
+        return (json.dumps({"results": results}, separators=(",", ":")) + "\n").encode()
+
+    def _write(self, route: str, key: tuple[str, str, str], call: _Call, extend_seconds: int | None,
+               items: list[dict]) -> list[dict] | None:
+        """The statement of a batch of plain requests that share ``key`` and
+        the call's look-up (app.api.hot_batches): their items' results, or
+        None for the Flask app to answer them."""
+        token_hash, _, worker_id = key
+        body: dict = {"worker_id": worker_id, "items": items}
+        if extend_seconds is not None:
+            body["extend_seconds"] = extend_seconds
+        with self._statements() as run:
             if accounts.touch_due(token_hash, self.app):
                 run.rows(accounts.TOUCH_SQL, {"h": token_hash})
             guarded = outcomes.Statements(run.rows, run.commit, _STILL_AUTHORIZED,
                                           {"h": token_hash, "row_version": call.project_row_version})
             try:
-                results = serve(project, Worker(worker_id=worker_id, owner=call.user_id), body, guarded)
+                return _ROUTES[route][1](call.project, Worker(worker_id=worker_id, owner=call.user_id),
+                                         body, guarded)
             except outcomes.Unconfirmed:
                 # The guard refused (something changed since the look-up) or
                 # an item was stale: the Flask app looks again and explains.
                 self._calls.pop(key, None)
                 return None
-        # Flask's JSON answer, exactly: compact, ASCII, a newline at the end.
-        return (json.dumps({"results": results}, separators=(",", ":")) + "\n").encode()
 
     @staticmethod
     def _look_up(run: outcomes.Statements, token: str, project_id: str, worker_id: str) -> _Call | None:

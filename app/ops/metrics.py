@@ -32,6 +32,12 @@ REQUEST_LATENCY = Histogram(
     ["method", "endpoint", "status"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 
+# How many of a worker's plain requests each hot-path statement served
+# (app.api.hot_batches): above 1 when requests arriving together shared one.
+HOT_PATH_BATCH = Histogram(
+    "fleethq_hot_path_requests_per_statement", "Plain worker requests served by one hot-path statement",
+    ["route"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256))
+
 # attempt state → (metric, help)
 _ATTEMPT_METRICS = {
     "running": ("fleethq_claims_total", "Jobs handed to workers (attempts created)"),
