@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
@@ -42,7 +43,7 @@ class _Ticket:
 @dataclass(eq=False)
 class _Line:
     """The requests of one key waiting for a statement; ``busy`` while one runs."""
-    waiting: list[_Ticket] = field(default_factory=list)
+    waiting: deque[_Ticket] = field(default_factory=deque)
     busy: bool = False
 
 
@@ -77,11 +78,11 @@ class Batches:
         """Run one statement for the requests at the head of ``line`` (the
         leader's own first: it is the head), then hand the line on."""
         with self._lock:
-            batch = [line.waiting.pop(0)]
+            batch = [line.waiting.popleft()]
             count = len(batch[0].items)
             while line.waiting and count + len(line.waiting[0].items) <= self.max_items:
                 count += len(line.waiting[0].items)
-                batch.append(line.waiting.pop(0))
+                batch.append(line.waiting.popleft())
         results = None
         try:
             results = batch[0].run([item for ticket in batch for item in ticket.items])
