@@ -59,6 +59,20 @@ def submit_in_threads(batches: Batches, key, requests: list[list], run) -> tuple
     return threads, answers
 
 
+def behind_a_held_statement(batches: Batches, run: Statements, requests: list[list]) -> tuple[dict, dict]:
+    """One request's statement held while ``requests`` arrive and wait; then
+    released. The answers of the first and of the later requests."""
+    first, first_answer = submit_in_threads(batches, "w1", [["lead"]], run)
+    assert run.running.wait(5)
+    later, answers = submit_in_threads(batches, "w1", requests, run)
+    until(lambda: waiting(batches, "w1") == len(requests))
+    run.released.set()
+    for thread in first + later:
+        thread.join(10)
+        assert not thread.is_alive(), "a request waited for ever"
+    return first_answer, answers
+
+
 def test_a_request_with_nothing_running_runs_at_once_alone():
     seen: list[int] = []
     batches = Batches(256, seen.append)
@@ -73,13 +87,7 @@ def test_requests_arriving_while_a_statement_runs_share_the_next_one():
     seen: list[int] = []
     batches = Batches(256, seen.append)
     run = Statements(hold_first=True)
-    first, first_answer = submit_in_threads(batches, "w1", [["lead"]], run)
-    assert run.running.wait(5)
-    later, answers = submit_in_threads(batches, "w1", [[f"j{i}", f"k{i}"] for i in range(5)], run)
-    until(lambda: waiting(batches, "w1") == 5)
-    run.released.set()
-    for thread in first + later:
-        thread.join(10)
+    first_answer, answers = behind_a_held_statement(batches, run, [[f"j{i}", f"k{i}"] for i in range(5)])
     assert first_answer == {0: ["result of lead"]}
     assert len(run.batches) == 2, "the five waiting requests went in one statement"
     assert sorted(run.batches[1]) == sorted(f"{p}{i}" for i in range(5) for p in "jk")
@@ -92,13 +100,7 @@ def test_requests_arriving_while_a_statement_runs_share_the_next_one():
 def test_a_statement_takes_no_more_items_than_its_limit():
     batches = Batches(4)
     run = Statements(hold_first=True)
-    first, _ = submit_in_threads(batches, "w1", [["lead"]], run)
-    assert run.running.wait(5)
-    later, answers = submit_in_threads(batches, "w1", [[f"a{i}", f"b{i}"] for i in range(3)], run)
-    until(lambda: waiting(batches, "w1") == 3)
-    run.released.set()
-    for thread in first + later:
-        thread.join(10)
+    _, answers = behind_a_held_statement(batches, run, [[f"a{i}", f"b{i}"] for i in range(3)])
     assert [len(batch) for batch in run.batches] == [1, 4, 2]
     assert all(answers[i] == [f"result of a{i}", f"result of b{i}"] for i in range(3))
 
@@ -118,14 +120,7 @@ def test_other_keys_do_not_wait():
 def test_a_failed_statement_leaves_its_requests_unanswered_and_the_line_moving(failure):
     batches = Batches(256)
     run = Statements(hold_first=True, **{failure: 2})
-    first, first_answer = submit_in_threads(batches, "w1", [["lead"]], run)
-    assert run.running.wait(5)
-    later, answers = submit_in_threads(batches, "w1", [["a"], ["b"]], run)
-    until(lambda: waiting(batches, "w1") == 2)
-    run.released.set()
-    for thread in first + later:
-        thread.join(10)
-        assert not thread.is_alive(), "a request waited for ever"
+    first_answer, answers = behind_a_held_statement(batches, run, [["a"], ["b"]])
     assert first_answer == {0: ["result of lead"]}
     assert answers == {0: None, 1: None}
     assert batches._lines == {}

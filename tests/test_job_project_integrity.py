@@ -74,34 +74,37 @@ def test_deleting_a_project_deletes_its_jobs_and_their_attempts(api, connect):
     assert jobs_of(conn, "kept") == 2
 
 
-def _in_thread(work) -> tuple[threading.Thread, list]:
+def blocked_behind(holder, waiting, statement: str, params=()) -> list:
+    """Run ``statement`` (then commit) on ``waiting`` in a thread, see it wait
+    for a lock ``holder``'s open transaction holds, commit ``holder``: what
+    the statement came to ("committed", or its exception)."""
     outcome: list = []
 
     def run():
         try:
-            outcome.append(work())
+            waiting.execute(statement, params)
+            waiting.commit()
+            outcome.append("committed")
         except Exception as exc:  # noqa: BLE001 — the test reads it
             outcome.append(exc)
     thread = threading.Thread(target=run)
     thread.start()
-    return thread, outcome
+    deadline = time.monotonic() + 10
+    with psycopg.connect(holder.info.dsn) as watcher:
+        while watcher.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                              (waiting.info.backend_pid,)).fetchone()[0] != "Lock":
+            assert outcome == [] and time.monotonic() < deadline, f"it did not wait for the lock: {outcome}"
+            time.sleep(0.01)
+    holder.commit()
+    thread.join(10)
+    return outcome
 
 
 def test_a_delete_waits_for_an_open_insert_then_takes_its_jobs(api, connect):
     api.put_project("raced")
     inserting, deleting = connect(), connect()
     inserting.execute(_INSERT, ("raced", 50))
-
-    def delete():
-        deleting.execute("DELETE FROM projects WHERE id = 'raced'")
-        deleting.commit()
-        return "deleted"
-    thread, outcome = _in_thread(delete)
-    time.sleep(0.5)
-    assert outcome == [], "the delete went past an insert that holds the project row"
-    inserting.commit()
-    thread.join(10)
-    assert outcome == ["deleted"]
+    assert blocked_behind(inserting, deleting, "DELETE FROM projects WHERE id = 'raced'") == ["committed"]
     assert jobs_of(inserting, "raced") == 0
 
 
@@ -109,16 +112,7 @@ def test_an_insert_behind_an_open_delete_is_refused(api, connect):
     api.put_project("raced")
     inserting, deleting = connect(), connect()
     deleting.execute("DELETE FROM projects WHERE id = 'raced'")
-
-    def insert():
-        inserting.execute(_INSERT, ("raced", 50))
-        inserting.commit()
-        return "inserted"
-    thread, outcome = _in_thread(insert)
-    time.sleep(0.5)
-    assert outcome == [], "the insert did not wait for the delete holding the project row"
-    deleting.commit()
-    thread.join(10)
+    outcome = blocked_behind(deleting, inserting, _INSERT, ("raced", 50))
     assert len(outcome) == 1 and isinstance(outcome[0], errors.ForeignKeyViolation), outcome
     inserting.rollback()
     assert jobs_of(inserting, "raced") == 0
