@@ -276,52 +276,77 @@ def test_a_connection_back_in_the_pool_in_autocommit_serves_the_next_request_tra
         db.session.remove()
 
 
-def test_completions_arriving_while_the_workers_statement_runs_share_the_next_one(
-        app, client, worker, api, database_url, handed_on):
-    """The Go SDK's rhythm: one request per job, several at once. The first
-    completion's statement is held (another transaction locks its job); the
-    four that arrive meanwhile go in one statement, each answered its own."""
-    api.enqueue("hp", values(2, prefix="more"))
-    jobs = _claim(worker, 5)
-    hot = app.wsgi_app
-    line = hot._batches["complete"]
+def _behind_a_held_completion(app, worker: Api, database_url: str, held: dict,
+                              later: list[tuple[dict, str]]) -> tuple[object, list]:
+    """The Go SDK's rhythm: one request per job, several at once. The
+    completion of ``held`` is held in its statement (another transaction
+    locks its job) while the ``later`` completions ((job, outcome kind)
+    each) arrive and wait; then it is let go. All the answers."""
+    token = worker.headers["Authorization"].removeprefix("Bearer ")
+    line = app.wsgi_app._batches["complete"]
     assert isinstance(line, Batches)
-    parsed = samples(client.get("/metrics").text)
-    before = {bound: value(parsed, "fleethq_hot_path_requests_per_statement_bucket", route="complete", le=bound) or 0
-              for bound in ("1.0", "2.0", "4.0")}
     answers: dict[int, object] = {}
 
-    def complete(index: int) -> None:
-        answers[index] = Api(app.test_client(), worker.headers["Authorization"].removeprefix("Bearer ")
-                             ).complete("hp", [jobs[index]])
-    handed_on.clear()
+    def complete(index: int, job: dict, kind: str) -> None:
+        answers[index] = Api(app.test_client(), token).complete("hp", [job], kind=kind)
     with psycopg.connect(database_url) as holder:
-        holder.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (jobs[0]["job_id"],))
-        first = threading.Thread(target=complete, args=(0,))
+        holder.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (held["job_id"],))
+        first = threading.Thread(target=complete, args=(-1, held, "success"))
         first.start()
         deadline = time.monotonic() + 10
         while not holder.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
                                  "AND datname = current_database()").fetchone()[0]:
             assert time.monotonic() < deadline, "the first completion never reached the locked job"
             time.sleep(0.01)
-        later = [threading.Thread(target=complete, args=(i,)) for i in range(1, 5)]
-        for thread in later:
+        threads = [threading.Thread(target=complete, args=(i, job, kind)) for i, (job, kind) in enumerate(later)]
+        for thread in threads:
             thread.start()
-        while len(line._lines[next(iter(line._lines))].waiting) < 4:
+        while sum(len(waiting.waiting) for waiting in line._lines.values()) < len(later):
             assert time.monotonic() < deadline, "the later completions did not wait for the first"
             time.sleep(0.01)
         holder.rollback()
-    for thread in [first, *later]:
+    for thread in [first, *threads]:
         thread.join(10)
-    assert handed_on == [], "all five were answered by the hot path"
-    for index, job in enumerate(jobs):
-        assert answers[index].status_code == 200
-        assert answers[index].json == {"results": [{"job_id": job["job_id"], "attempt_id": job["attempt_id"],
-                                                    "status": "applied", "job_status": "done",
-                                                    "lease_expires_at": None, "error": None}]}
-    assert api.counts("hp")["done"] == 5
+    return answers[-1], [answers[i] for i in range(len(later))]
+
+
+def _statements_of(client, bound: str) -> float:
     parsed = samples(client.get("/metrics").text)
-    after = {bound: value(parsed, "fleethq_hot_path_requests_per_statement_bucket", route="complete", le=bound)
-             for bound in ("1.0", "2.0", "4.0")}
+    return value(parsed, "fleethq_hot_path_requests_per_statement_bucket", route="complete", le=bound) or 0
+
+
+def test_completions_arriving_while_the_workers_statement_runs_share_the_next_one(
+        app, client, worker, api, database_url, handed_on):
+    """The four completions that arrive while the first one's statement runs
+    go in one statement, each answered its own."""
+    api.enqueue("hp", values(2, prefix="more"))
+    jobs = _claim(worker, 5)
+    before = {bound: _statements_of(client, bound) for bound in ("1.0", "2.0", "4.0")}
+    handed_on.clear()
+    first, later = _behind_a_held_completion(app, worker, database_url, jobs[0],
+                                             [(job, "success") for job in jobs[1:]])
+    assert handed_on == [], "all five were answered by the hot path"
+    for job, answer in zip(jobs, [first, *later]):
+        assert answer.status_code == 200
+        assert answer.json == {"results": [{"job_id": job["job_id"], "attempt_id": job["attempt_id"],
+                                            "status": "applied", "job_status": "done",
+                                            "lease_expires_at": None, "error": None}]}
+    assert api.counts("hp")["done"] == 5
+    after = {bound: _statements_of(client, bound) for bound in ("1.0", "2.0", "4.0")}
     assert after["1.0"] - before["1.0"] == 1, "the first ran alone"
     assert (after["4.0"] - before["4.0"]) - (after["2.0"] - before["2.0"]) == 1, "the other four ran together"
+
+
+def test_two_waiting_requests_naming_one_item_differently_are_answered_in_turn(
+        app, worker, api, database_url, handed_on):
+    """One statement would apply the first outcome and call both applied:
+    the Flask app answers them one after the other, as if they had not met."""
+    jobs = _claim(worker, 2)
+    handed_on.clear()
+    _, later = _behind_a_held_completion(app, worker, database_url, jobs[0],
+                                         [(jobs[1], "success"), (jobs[1], "skipped")])
+    assert sorted(handed_on) == ["/api/v1/projects/hp/jobs/complete"] * 2
+    results = sorted((answer.json["results"][0] for answer in later), key=lambda r: r["status"])
+    assert [r["status"] for r in results] == ["applied", "rejected"], results
+    assert results[1]["error"]["code"] == "stale_attempt"
+    assert results[1]["error"]["message"] == "attempt already done"

@@ -218,6 +218,11 @@ class HotPath:
         """The statement of a batch of plain requests that share ``key`` and
         the call's look-up (app.api.hot_batches): their items' results, or
         None for the Flask app to answer them."""
+        if len({(item["job_id"], item["attempt_id"]) for item in items}) < len(items):
+            # An item named twice, perhaps by two requests with different
+            # outcomes: one statement would apply the first and answer both
+            # "applied". The Flask app answers each request in turn instead.
+            return None
         token_hash, _, worker_id = key
         body: dict = {"worker_id": worker_id, "items": items}
         if extend_seconds is not None:
