@@ -105,6 +105,28 @@ def test_none_mode_makes_every_submission_a_new_job(api):
     assert api.counts("p") == {**ZERO, "todo": 4}
 
 
+@pytest.mark.parametrize("mode", ["none", "unique_value"])
+def test_keys_the_server_draws_spread_over_the_whole_range(api, mode):
+    """A job without a random key gets one drawn from all of int32, copied
+    straight into jobs (none) or staged (identities): random claim order
+    depends on it. A named key is kept as named."""
+    api.put_project("p", identity_mode=mode)
+    specs = [{"value": f"https://example.org/r/{i}"} for i in range(400)]
+    specs[7]["random_key"] = -17
+    _enqueued(api.enqueue("p", specs), 400, 400, "p")
+    keys = {job["value"]: job["random_key"] for job in _all_jobs(api, "p")}
+    assert keys["https://example.org/r/7"] == -17
+    drawn = [key for value, key in keys.items() if value != "https://example.org/r/7"]
+    assert len(set(drawn)) >= 395, "keys repeat"
+    assert all(-2**31 <= key < 2**31 for key in drawn)
+    # Of 399 uniform draws, each quarter of the range holds about 100.
+    quarters = [sum(1 for key in drawn if -2**31 + q * 2**30 <= key < -2**31 + (q + 1) * 2**30) for q in range(4)]
+    assert min(quarters) >= 50, quarters
+    # Batch order is job-id order.
+    ids = [job["job_id"] for job in sorted(_all_jobs(api, "p"), key=lambda j: int(j["value"].rsplit("/", 1)[1]))]
+    assert ids == sorted(ids, key=int)
+
+
 BASE = {"value": "https://example.org/base", "type": "seed", "via": "https://example.org/",
         "hops": 1, "attr": {"k": "v"}}
 CHANGES = {
