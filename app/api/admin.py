@@ -82,7 +82,7 @@ def enqueue_jobs(project_id):
         except SpecError as exc:
             raise InvalidJob(f"jobs[{index}]: {exc}",
                              details={"index": index, "field": exc.field}) from None
-    result = enqueue.enqueue(project_id, specs)
+    result = enqueue.enqueue(project, specs)
     return jsonify(project_id=project_id, submitted=result.submitted, inserted=result.inserted)
 
 

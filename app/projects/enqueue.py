@@ -218,15 +218,16 @@ def insert_batch(project: Project, specs: list[dict], *, offset: int = 0,
     return EnqueueResult(len(specs), inserted)
 
 
-def enqueue(project_id: str, specs: list[dict]) -> EnqueueResult:
-    """Enqueue one batch atomically. Commits; a conflict changes nothing."""
-    project = service.get(project_id)
+def enqueue(project: Project, specs: list[dict]) -> EnqueueResult:
+    """Enqueue one batch atomically into ``project`` (``service.get`` of the
+    caller's session, who read its identity mode). Commits; a conflict
+    changes nothing."""
     service.ensure_status(project, "active", "draining")
     try:
         result = insert_batch(project, specs)
         if result.inserted:
-            wakeups.notify(project_id)
-        audit.tally("jobs.enqueue", "project", project_id,
+            wakeups.notify(project.id)
+        audit.tally("jobs.enqueue", "project", project.id,
                     {"submitted": result.submitted, "inserted": result.inserted})
         db.session.commit()
     except Exception:

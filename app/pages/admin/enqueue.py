@@ -92,8 +92,8 @@ def specs_from_array(text: str, mode: str) -> list[dict]:
 def enqueue_json(project_id):
     def run():
         project = service.get(project_id)
-        return enqueue.enqueue(project_id, specs_from_array(request.form.get("jobs", ""),
-                                                            project.identity_mode))
+        return enqueue.enqueue(project, specs_from_array(request.form.get("jobs", ""),
+                                                         project.identity_mode))
 
     return attempt(run, _result, "admin.project", project_id=project_id)
 
@@ -104,7 +104,7 @@ def enqueue_values(project_id):
         project = service.get(project_id)
         job_type = request.form.get("type", "seed")
         specs = specs_from_values(request.form.get("values", ""), project.identity_mode, job_type)
-        return enqueue.enqueue(project_id, specs)
+        return enqueue.enqueue(project, specs)
 
     return attempt(run, _result, "admin.project", project_id=project_id)
 
@@ -127,7 +127,7 @@ def _jsonl_text() -> str:
 def enqueue_jsonl(project_id):
     def run():
         project = service.get(project_id)
-        return enqueue.enqueue(project_id, specs_from_jsonl(_jsonl_text(), project.identity_mode))
+        return enqueue.enqueue(project, specs_from_jsonl(_jsonl_text(), project.identity_mode))
 
     return attempt(run, _result, "admin.project", project_id=project_id)
 
