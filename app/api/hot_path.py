@@ -71,7 +71,6 @@ _ROUTES = {
     "fail": (jobs.FAIL, jobs.fail_checked, "/api/v1/projects/<project_id>/jobs/fail"),
     "extend-lease": (jobs.EXTEND, jobs.extend_checked, "/api/v1/projects/<project_id>/jobs/extend-lease"),
 }
-_MAX_ITEMS = 256   # the routes' own limit on items per request (app.api.jobs)
 _PATH = re.compile(r"\A/api/v1/projects/([^/]+)/jobs/(complete|fail|extend-lease)\Z")
 
 
@@ -124,7 +123,7 @@ class HotPath:
         self._access_log = bool(app.config.get("ACCESS_LOG", False))
         # Requests of one worker arriving together share a statement, at
         # most as many items as one request may carry.
-        self._batches = {route: hot_batches.Batches(_MAX_ITEMS, HOT_PATH_BATCH.labels(route).observe)
+        self._batches = {route: hot_batches.Batches(jobs.ITEMS_PER_REQUEST, HOT_PATH_BATCH.labels(route).observe)
                          for route in _ROUTES}
 
     def __call__(self, environ, start_response):

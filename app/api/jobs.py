@@ -20,6 +20,9 @@ from app.projects import claims, outcomes, service
 from workers.wire.protocol import JOB_TYPES, is_identifier
 
 JOB_ID = v.int_range(1, 2**63 - 1)
+# Items per complete, fail or extend-lease request (and per statement the hot
+# path runs for several of them, app.api.hot_path).
+ITEMS_PER_REQUEST = 256
 
 
 CLAIM = {
@@ -69,7 +72,7 @@ COMPLETE = {
             "meta": v.Optional(v.json_object(8 * 1024, nullable=True)),
         }),
         "artifact_receipts": v.Optional(v.nullable(v.list_of(ARTIFACT_RECEIPT, 0, 16))),
-    }), 1, 256),
+    }), 1, ITEMS_PER_REQUEST),
 }
 
 
@@ -89,13 +92,13 @@ FAIL = {
             "message": v.string(2048),
             "details": v.Optional(v.json_object(8 * 1024, nullable=True)),
         }),
-    }), 1, 256),
+    }), 1, ITEMS_PER_REQUEST),
 }
 
 EXTEND = {
     "worker_id": v.identifier,
     "extend_seconds": v.int_range(1, 3600),
-    "items": v.list_of(v.obj(_ITEM_IDS), 1, 256),
+    "items": v.list_of(v.obj(_ITEM_IDS), 1, ITEMS_PER_REQUEST),
 }
 
 

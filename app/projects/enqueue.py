@@ -31,11 +31,11 @@ CREATE TEMP TABLE IF NOT EXISTS job_stage (
 ) ON COMMIT DELETE ROWS
 """
 
+# identity_mode none is not staged: insert_batch copies it straight into jobs.
 _CONFLICT_TARGET = {
     "external_id": ("ext_id", "ON CONFLICT (project_id, ext_id) WHERE ext_id IS NOT NULL DO NOTHING"),
     "unique_value": ("value_sha256",
                      "ON CONFLICT (project_id, value_sha256) WHERE value_sha256 IS NOT NULL DO NOTHING"),
-    "none": (None, ""),   # not staged (insert_batch)
 }
 
 # No task deadline yet: it starts at the job's first claim (DESIGN §5), so a
@@ -219,9 +219,9 @@ def insert_batch(project: Project, specs: list[dict], *, offset: int = 0,
 
 
 def enqueue(project: Project, specs: list[dict]) -> EnqueueResult:
-    """Enqueue one batch atomically into ``project`` (``service.get`` of the
-    caller's session, who read its identity mode). Commits; a conflict
-    changes nothing."""
+    """Enqueue one batch atomically into ``project``, as the caller read it in
+    this session (``service.get``: it needed the identity mode to check the
+    specs). Commits; a conflict changes nothing."""
     service.ensure_status(project, "active", "draining")
     try:
         result = insert_batch(project, specs)

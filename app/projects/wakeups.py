@@ -24,15 +24,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-NOTIFY_SQL = "SELECT pg_notify(:c, :p)"
-
-
-def notify_params(project_id: str) -> dict:
-    return {"c": CHANNEL, "p": project_id}
-
-
 def notify(project_id: str) -> None:
-    db.session.execute(text(NOTIFY_SQL), notify_params(project_id))
+    db.session.execute(text("SELECT pg_notify(:c, :p)"), {"c": CHANNEL, "p": project_id})
 
 
 class Listener:
