@@ -393,6 +393,29 @@ def test_enqueue_into_unknown_project_is_404(api):
     _error(api.enqueue("nope", values(1)), 404, "not_found")
 
 
+def test_enqueue_refusals_keep_their_order(api, client, make_user):
+    """The caller and the project are read in one statement; the answers
+    stay in the order the route always gave: who first, then the body, then
+    the project."""
+    api.put_project("p")
+    worker = make_user("w1", ["worker"])
+    good, bad = {"jobs": values(1)}, {"jobs": []}
+
+    def post(token, project_id, payload):
+        return client.post(f"/api/v1/admin/projects/{project_id}/jobs", json=payload,
+                           headers={"Authorization": f"Bearer {token}"})
+
+    for token in ("hq_" + "x" * 40, "fhqn_" + "x" * 40):   # unknown machine token, unknown node
+        for project_id in ("p", "nope"):
+            _error(post(token, project_id, bad), 401, "invalid_machine_token")
+    for project_id in ("p", "nope"):
+        _error(post(worker, project_id, bad), 403, "permission_denied")
+    _error(api.call("POST", "/api/v1/admin/projects/nope/jobs", bad), 400, "invalid_request")
+    _error(api.call("POST", "/api/v1/admin/projects/nope/jobs", good), 404, "not_found")
+    assert api.counts("p") == ZERO
+    _enqueued(api.call("POST", "/api/v1/admin/projects/p/jobs", good), 1, 1, "p")
+
+
 # --------------------------------------------------------------- project status
 
 

@@ -101,6 +101,16 @@ WHERE {accounts.TOKEN_LOOKUP_WHERE}
 """
 
 
+# An admin's call on one project: the token's user and the project's view
+# (LEFT JOIN: None when there is no such project).
+_ADMIN_CALL = f"""
+SELECT {accounts.TOKEN_LOOKUP_COLUMNS}, {projects.VIEW_COLUMNS}
+FROM {accounts.TOKEN_LOOKUP_FROM}
+LEFT JOIN projects p ON p.id = :p
+WHERE {accounts.TOKEN_LOOKUP_WHERE}
+"""
+
+
 def _first(rows: list) -> Any:
     return rows[0] if rows else None
 
@@ -151,6 +161,28 @@ def worker_call(project_id: str, worker_id: str | None) -> WorkerCall:
     _acting(who)
     age = row.heartbeat_age_s
     return WorkerCall(who, project, worker, status, None if age is None else float(age), lane, mapped)
+
+
+def admin_call(project_id: str) -> "projects.ProjectView | None":
+    """``require("admin")`` and the project's view in one round trip (a
+    1,000-job enqueue spent about a tenth of its web CPU on the two
+    look-ups apart). The project is None when there is none: the route says
+    404 after its body's checks, in the order it always answered.
+
+    Raises:
+        InvalidToken, PermissionDenied: as ``require("admin")``.
+    """
+    token = bearer()
+    if token.startswith(fleet.NODE_SECRET_PREFIX):
+        require("admin")   # refuses: a node is never an admin
+    row = _first(fetch_rows(_ADMIN_CALL, {"p": project_id, **accounts.lookup_params(token)}, named=True))
+    if row is None:
+        raise InvalidToken("invalid machine token")
+    g.principal = accounts.authenticate(token, row=(row.user_id, row.user_roles, row.user_status,
+                                                    row.token_hash))
+    _acting(g.principal)
+    require("admin")
+    return projects.view_from_named(row)
 
 
 def _project(project_id: str, row) -> "projects.ProjectView":

@@ -167,7 +167,7 @@ def _copy_rows(raw, copy_sql: str, rows) -> None:
                 copy.write_row(row)
 
 
-def insert_batch(project: Project, specs: list[dict], *, offset: int = 0,
+def insert_batch(project: Project | service.ProjectView, specs: list[dict], *, offset: int = 0,
                  document_runs: bool = False) -> EnqueueResult:
     """Insert normalized specs in the open transaction; the caller commits.
     ``document_runs``: the OCR runs app.documents makes, the only jobs a
@@ -192,12 +192,13 @@ def insert_batch(project: Project, specs: list[dict], *, offset: int = 0,
     conn = db.session.connection()
     raw = conn.connection.driver_connection
     assert raw is not None  # a checked-out connection always has its driver's
+    project_id = project.id
     if mode == "none":
         # Nothing to compare: the rows are copied straight into jobs, in the
         # batch's order. The staging pass cost PostgreSQL about 1.5 ms of 14
         # per 1,000 jobs (bench/vs_savewebhq.py's enqueue, hqctl's plain values).
         _copy_rows(raw, f"COPY jobs (project_id, random_key, {_JOB_COLUMNS}) FROM STDIN",
-                   ((project.id, _random_key(spec), *_job_fields(spec, index, document_runs))
+                   ((project_id, _random_key(spec), *_job_fields(spec, index, document_runs))
                     for index, spec in kept))
         return EnqueueResult(len(specs), len(kept))
     conn.exec_driver_sql(_STAGE_DDL)
@@ -218,10 +219,10 @@ def insert_batch(project: Project, specs: list[dict], *, offset: int = 0,
     return EnqueueResult(len(specs), inserted)
 
 
-def enqueue(project: Project, specs: list[dict]) -> EnqueueResult:
+def enqueue(project: Project | service.ProjectView, specs: list[dict]) -> EnqueueResult:
     """Enqueue one batch atomically into ``project``, as the caller read it in
-    this session (``service.get``: it needed the identity mode to check the
-    specs). Commits; a conflict changes nothing."""
+    this session (``service.get`` or ``service.view``: it needed the identity
+    mode to check the specs). Commits; a conflict changes nothing."""
     service.ensure_status(project, "active", "draining")
     try:
         result = insert_batch(project, specs)

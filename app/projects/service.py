@@ -281,7 +281,7 @@ def worker_policy(project: Project, refresh_ms: int) -> dict:
     }
 
 
-def ensure_status(project: Project, *allowed: str) -> None:
+def ensure_status(project: Project | ProjectView, *allowed: str) -> None:
     if project.status not in allowed:
         raise Conflict(f"project {project.id!r} is {project.status}", code="project_not_active",
                        details={"status": project.status})
