@@ -8,13 +8,21 @@ database, no validation, no leases. SavewebHQ's Go SDK worker runs against it
 unchanged, so its requests are the very ones FleetHQ serves in the same run,
 and FleetHQ's server CPU per request over this one's is what FleetHQ adds.
 Served as FleetHQ is: ``gunicorn -c python:app.gunicorn_conf bench.floor_app:app``.
+
+With ``FLOOR_ROUND_TRIP_DSN`` set (a PostgreSQL URL) it is the round-trip
+floor: the same app, plus one ``SELECT 1`` on a connection of its own thread
+before each POST. A server whose every write request reaches the database
+cannot cost less than that; FleetHQ's routes do reach it (a claim leases, a
+completion records its outcome, durably, before the answer).
 """
 from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 
+import psycopg
 from flask import Flask, jsonify, request
 
 app = Flask(__name__)
@@ -24,6 +32,19 @@ _job_ids = itertools.count(os.getpid() * 10_000_000 + 1)
 
 def _caller() -> str:
     return request.headers.get("Authorization", "").removeprefix("Bearer ") and "bench"
+
+
+_ROUND_TRIP_DSN = os.environ.get("FLOOR_ROUND_TRIP_DSN")
+_threads = threading.local()
+
+
+@app.before_request
+def _round_trip():
+    if _ROUND_TRIP_DSN and request.method == "POST":
+        conn = getattr(_threads, "conn", None)
+        if conn is None:
+            conn = _threads.conn = psycopg.connect(_ROUND_TRIP_DSN, autocommit=True)
+        conn.execute("SELECT 1").fetchall()
 
 
 @app.after_request

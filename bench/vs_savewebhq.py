@@ -17,15 +17,17 @@ Measured per server: throughput, the server's CPU (its process tree, from
 /proc) per request of the sdk run, and PostgreSQL's CPU (the postmaster's
 tree, exited backends included) per job. The floor: the same Go worker
 against ``bench/floor_app.py`` (Flask on the same gunicorn settings, answers
-from memory), its CPU per request. Idle memory: the PSS of FleetHQ's web
+from memory), its CPU per request; and the round-trip floor: the same app
+plus one ``SELECT 1`` round trip per POST (what any server whose writes
+reach the database pays at least). Idle memory: the PSS of FleetHQ's web
 process tree at rest after the runs, and the tracker's RSS.
 
 Last line: ``vs_savewebhq sdk_ratio=… batch_ratio=… enqueue_ratio=…
 server_cpu_per_req_ratio=… floor_ratio=… pg_cpu_per_job_ratio=…
-idle_pss_mb=… savewebhq_idle_rss_mb=…`` — ratios are FleetHQ over
+idle_pss_mb=… savewebhq_idle_rss_mb=… round_trip_floor_ratio=…`` — ratios are FleetHQ over
 SavewebHQ (throughput: higher is better; CPU: lower is better), the best of
 the rounds for each; ``floor_ratio`` is FleetHQ's server CPU per request over
-the floor's.
+the floor's, ``round_trip_floor_ratio`` over the round-trip floor's.
 """
 from __future__ import annotations
 
@@ -147,14 +149,18 @@ class FleetHQ(Server):
 class Floor(Server):
     name = "floor"
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, round_trip_dsn: str | None = None):
+        if round_trip_dsn is not None:
+            self.name = "round_trip_floor"
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, "FLEETHQ_BIND": f"127.0.0.1:{port}", "FLEETHQ_DATA_DIR": str(directory / self.name)}
+        if round_trip_dsn is not None:
+            env["FLOOR_ROUND_TRIP_DSN"] = round_trip_dsn
         self.proc = subprocess.Popen([os.path.join(BIN, "gunicorn"), "-c", "python:app.gunicorn_conf",
                                       "--chdir", os.path.join(ROOT, "bench"), "floor_app:app"], cwd=ROOT,
-                                     env={**os.environ, "FLEETHQ_BIND": f"127.0.0.1:{port}",
-                                          "FLEETHQ_DATA_DIR": str(directory / "floor")},
-                                     stdout=subprocess.DEVNULL, stderr=open(directory / "floor.log", "wb"))
+                                     env=env, stdout=subprocess.DEVNULL,
+                                     stderr=open(directory / f"{self.name}.log", "wb"))
         wait_ready(self.url + "/healthz", self.proc)
 
 
@@ -244,7 +250,8 @@ def main() -> None:
     try:
         servers = [FleetHQ(directory, admin, worker), SavewebHQ(directory, admin, worker)]
         floor = Floor(directory)
-        servers.append(floor)
+        round_trip_floor = Floor(directory, f"{BENCH_PG}/postgres")
+        servers += [floor, round_trip_floor]
         for server in servers[:2]:
             put_project(server, admin)
         figures: dict[str, dict[str, list[float]]] = {s.name: {} for s in servers}
@@ -263,8 +270,9 @@ def main() -> None:
                 note(server.name, "cpu_ms_per_req", 1000 * cpu / report["requests"])
                 note(server.name, "pg_cpu_ms_per_job", 1000 * pg_cpu / report["finished"])
                 note(server.name, "batch_jobs_s", python_batches(server, worker, args.jobs))
-            report, cpu, _, _ = measured(floor, pg, lambda: go_worker(floor, worker, args.jobs))
-            note("floor", "cpu_ms_per_req", 1000 * cpu / report["requests"])
+            for bare in (floor, round_trip_floor):
+                report, cpu, _, _ = measured(bare, pg, lambda b=bare: go_worker(b, worker, args.jobs))
+                note(bare.name, "cpu_ms_per_req", 1000 * cpu / report["requests"])
         time.sleep(10)  # at rest
         idle_pss = pss_mb(servers[0].proc.pid)
         tracker_rss = rss_mb(servers[1].proc.pid)
@@ -280,14 +288,17 @@ def main() -> None:
           file=sys.stderr)
     print(f"median cpu_ms_per_req: fleethq={statistics.median(figures['fleethq']['cpu_ms_per_req']):.3f} "
           f"savewebhq={statistics.median(figures['savewebhq']['cpu_ms_per_req']):.3f} "
-          f"floor={statistics.median(figures['floor']['cpu_ms_per_req']):.3f}", file=sys.stderr)
+          f"floor={statistics.median(figures['floor']['cpu_ms_per_req']):.3f} "
+          f"round_trip_floor={statistics.median(figures['round_trip_floor']['cpu_ms_per_req']):.3f}",
+          file=sys.stderr)
     print(f"vs_savewebhq sdk_ratio={ours['sdk_jobs_s'] / theirs['sdk_jobs_s']:.2f} "
           f"batch_ratio={ours['batch_jobs_s'] / theirs['batch_jobs_s']:.2f} "
           f"enqueue_ratio={ours['enqueue_jobs_s'] / theirs['enqueue_jobs_s']:.2f} "
           f"server_cpu_per_req_ratio={cpu_ours / best_low['savewebhq']['cpu_ms_per_req']:.2f} "
           f"floor_ratio={cpu_ours / best_low['floor']['cpu_ms_per_req']:.2f} "
           f"pg_cpu_per_job_ratio={pg_ratio:.2f} "
-          f"idle_pss_mb={idle_pss:.0f} savewebhq_idle_rss_mb={tracker_rss:.0f}")
+          f"idle_pss_mb={idle_pss:.0f} savewebhq_idle_rss_mb={tracker_rss:.0f} "
+          f"round_trip_floor_ratio={cpu_ours / best_low['round_trip_floor']['cpu_ms_per_req']:.2f}")
 
 
 if __name__ == "__main__":
