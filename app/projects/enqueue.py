@@ -192,7 +192,7 @@ def insert_batch(project: Project | service.ProjectView, specs: list[dict], *, o
     conn = db.session.connection()
     raw = conn.connection.driver_connection
     assert raw is not None  # a checked-out connection always has its driver's
-    project_id = project.id
+    project_id = project.id   # read once: an ORM attribute costs per row
     if mode == "none":
         # Nothing to compare: the rows are copied straight into jobs, in the
         # batch's order. The staging pass cost PostgreSQL about 1.5 ms of 14
@@ -207,10 +207,9 @@ def insert_batch(project: Project | service.ProjectView, specs: list[dict], *, o
                  spec.get("random_key"), *_job_fields(spec, index, document_runs))
                 for index, spec in kept))
     key, on_conflict = _CONFLICT_TARGET[mode]
-    inserted = changed(text(_INSERT.format(on_conflict=on_conflict)),
-                                  {"p": project.id})
+    inserted = changed(text(_INSERT.format(on_conflict=on_conflict)), {"p": project_id})
     if inserted < len(kept):
-        clash = db.session.execute(text(_FIRST_CONFLICT.format(key=key)), {"p": project.id}).first()
+        clash = db.session.execute(text(_FIRST_CONFLICT.format(key=key)), {"p": project_id}).first()
         if clash is not None:
             raise Conflict("a job with this identity exists with different fields",
                            code="identity_conflict",
@@ -221,7 +220,7 @@ def insert_batch(project: Project | service.ProjectView, specs: list[dict], *, o
 
 def enqueue(project: Project | service.ProjectView, specs: list[dict]) -> EnqueueResult:
     """Enqueue one batch atomically into ``project``, as the caller read it in
-    this session (``service.get`` or ``service.view``: it needed the identity
+    this session (the ORM object or its plain view: it needed the identity
     mode to check the specs). Commits; a conflict changes nothing."""
     service.ensure_status(project, "active", "draining")
     try:
