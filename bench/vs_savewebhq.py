@@ -15,7 +15,8 @@ serve``. Each round runs, on each server in turn:
 
 Measured per server: throughput, the server's CPU (its process tree, from
 /proc) per request of the sdk run, and PostgreSQL's CPU (the postmaster's
-tree, exited backends included) per job. The floor: the same Go worker
+tree, exited backends included) per job; for the enqueue, both per 1,000
+jobs (on standard error: they say which side an enqueue gap is on). The floor: the same Go worker
 against ``bench/floor_app.py`` (Flask on the same gunicorn settings, answers
 from memory), its CPU per request; and the round-trip floor: the same app
 plus one ``SELECT 1`` round trip per POST (what any server whose writes
@@ -263,7 +264,12 @@ def main() -> None:
         for round_ in range(args.rounds):
             for server in servers[:2]:
                 tag = f"{server.name}-{round_}"
-                note(server.name, "enqueue_jobs_s", enqueue(server, admin, args.enqueue_jobs, directory, tag))
+                rate, cpu, pg_cpu, _ = measured(server, pg, lambda s=server, t=tag: enqueue(
+                    s, admin, args.enqueue_jobs, directory, t))
+                note(server.name, "enqueue_jobs_s", rate)
+                thousands = args.enqueue_jobs / 1000
+                note(server.name, "enqueue_cpu_ms_per_1k", 1000 * cpu / thousands)
+                note(server.name, "enqueue_pg_ms_per_1k", 1000 * pg_cpu / thousands)
                 enqueue(server, admin, args.jobs * 2, directory, tag + "-work")
                 report, cpu, pg_cpu, seconds = measured(server, pg, lambda s=server: go_worker(s, worker, args.jobs))
                 note(server.name, "sdk_jobs_s", report["finished"] / seconds)
