@@ -139,6 +139,23 @@ def tree(pid: int) -> list[int]:
     return found
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(root: int) -> float:
+    """CPU of a process tree so far, children that exited and were waited for included."""
+    total = 0.0
+    for pid in tree(root):
+        try:
+            fields = proc_stat(pid)
+        except FileNotFoundError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+        if pid == root:
+            total += int(fields[13]) + int(fields[14])
+    return total / _TICK
+
+
 def pss_mb(root: int) -> float:
     """The PSS of a process tree in MB: shared pages counted in part by each sharer."""
     total = 0

@@ -46,12 +46,11 @@ from pathlib import Path
 import psycopg
 import requests
 
-from _common import BENCH_PG, ROOT, fresh_database, free_port, proc_stat, pss_mb, stop, tree, wait_ready
+from _common import BENCH_PG, ROOT, cpu_seconds, fresh_database, free_port, pss_mb, stop, wait_ready
 
 HOME = Path(os.environ.get("FLEETHQ_SAVEWEBHQ_DIR") or Path(ROOT).parent / "shared" / "savewebhq")
 CLIENT_VERSION = "bench-1"
 PROJECT = "bench"
-TICK = os.sysconf("SC_CLK_TCK")
 BIN = os.path.dirname(sys.executable)
 
 
@@ -63,20 +62,6 @@ def program(name: str) -> str:
 
 
 # ------------------------------------------------------------ /proc readings
-
-def cpu_seconds(root: int) -> float:
-    """CPU of a process tree so far, children that exited and were waited for included."""
-    total = 0.0
-    for pid in tree(root):
-        try:
-            fields = proc_stat(pid)
-        except FileNotFoundError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-        if pid == root:
-            total += int(fields[13]) + int(fields[14])
-    return total / TICK
-
 
 def rss_mb(pid: int) -> float:
     with open(f"/proc/{pid}/status") as fh:
